@@ -1,0 +1,164 @@
+"""FP8 (e4m3) basics on the host: encode/decode, DeepSeek-V3 fine-grained casts, the float64 reference.
+
+The GEMM contract used by every stage and by :func:`gemm.fp8_gemm_nt`:
+
+* ``a``  (M, K) e4m3, row-major; ``sa`` (M, ceil(K/128)) float32: one scale per token per 128-wide K group.
+* ``b``  (N, K) e4m3, row-major ("NT"); ``sb`` (ceil(N/128), ceil(K/128)) float32: one scale per 128x128 block.
+* ``d = (a * sa) @ (b * sb).T`` in BF16, shape (M, N).
+
+Scales are amax-based: each group is divided by ``amax / 448`` so its largest magnitude lands on the e4m3
+maximum. Host arrays use ``ml_dtypes.float8_e4m3fn`` (1 byte, bit-identical to torch.float8_e4m3fn).
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+E4M3_MAX = 448.0
+GROUP = 128  # DeepSeek-V3's quantization granularity along K (and along N for the weights)
+_AMAX_FLOOR = 1e-4  # keeps all-zero groups finite, as DeepGEMM's casts do
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def align(x: int, to: int) -> int:
+    return ceil_div(x, to) * to
+
+
+def e4m3_encode(x) -> np.ndarray:
+    """float -> e4m3 (round to nearest even, saturating at +-448); returns float8_e4m3fn."""
+    x = np.clip(np.asarray(x, dtype=np.float32), -E4M3_MAX, E4M3_MAX)
+    return x.astype(E4M3)
+
+
+def e4m3_decode(q) -> np.ndarray:
+    """e4m3 (float8_e4m3fn array, or its raw uint8 bits) -> float32."""
+    q = np.asarray(q)
+    if q.dtype == np.uint8:
+        q = q.view(E4M3)
+    if q.dtype != E4M3:
+        raise TypeError(f"e4m3_decode: expected float8_e4m3fn or uint8 bits, got {q.dtype}")
+    return q.astype(np.float32)
+
+
+def bf16_to_float(d) -> np.ndarray:
+    """BF16 array (ml_dtypes.bfloat16, or raw uint16 bits) -> float32."""
+    d = np.asarray(d)
+    if d.dtype == np.uint16:
+        d = d.view(BF16)
+    return d.astype(np.float32)
+
+
+def _pad_to(x: np.ndarray, axis: int, multiple: int) -> np.ndarray:
+    pad = align(x.shape[axis], multiple) - x.shape[axis]
+    if pad == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return np.pad(x, widths)
+
+
+def per_token_cast_to_fp8(x) -> tuple[np.ndarray, np.ndarray]:
+    """(M, K) float -> ((M, K) e4m3, (M, ceil(K/128)) float32 scales), one scale per 1x128 group."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"per_token_cast_to_fp8: x must be 2-D (M, K), got shape {x.shape}")
+    m, k = x.shape
+    groups = _pad_to(x, 1, GROUP).reshape(m, -1, GROUP)
+    amax = np.maximum(np.abs(groups).max(axis=2), _AMAX_FLOOR)
+    scale = (amax / E4M3_MAX).astype(np.float32)
+    q = e4m3_encode(groups / scale[:, :, None]).reshape(m, -1)[:, :k]
+    return np.ascontiguousarray(q), scale
+
+
+def per_block_cast_to_fp8(x) -> tuple[np.ndarray, np.ndarray]:
+    """(N, K) float -> ((N, K) e4m3, (ceil(N/128), ceil(K/128)) float32 scales), one per 128x128 block."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise ValueError(f"per_block_cast_to_fp8: x must be 2-D (N, K), got shape {x.shape}")
+    n, k = x.shape
+    padded = _pad_to(_pad_to(x, 0, GROUP), 1, GROUP)
+    nb, kb = padded.shape[0] // GROUP, padded.shape[1] // GROUP
+    blocks = padded.reshape(nb, GROUP, kb, GROUP)
+    amax = np.maximum(np.abs(blocks).max(axis=(1, 3)), _AMAX_FLOOR)
+    scale = (amax / E4M3_MAX).astype(np.float32)
+    q = e4m3_encode(blocks / scale[:, None, :, None]).reshape(nb * GROUP, kb * GROUP)[:n, :k]
+    return np.ascontiguousarray(q), scale
+
+
+def dequantize_per_token(q, scale) -> np.ndarray:
+    """Inverse of per_token_cast_to_fp8, in float64."""
+    q = e4m3_decode(q).astype(np.float64)
+    s = np.repeat(np.asarray(scale, dtype=np.float64), GROUP, axis=1)[:, : q.shape[1]]
+    return q * s
+
+
+def dequantize_per_block(q, scale) -> np.ndarray:
+    """Inverse of per_block_cast_to_fp8, in float64."""
+    q = e4m3_decode(q).astype(np.float64)
+    s = np.asarray(scale, dtype=np.float64)
+    s = np.repeat(np.repeat(s, GROUP, axis=0), GROUP, axis=1)[: q.shape[0], : q.shape[1]]
+    return q * s
+
+
+def reference_gemm(a, sa, b, sb) -> np.ndarray:
+    """float64 D = (a*sa) @ (b*sb).T over the dequantized inputs: what every kernel is compared with."""
+    return dequantize_per_token(a, sa) @ dequantize_per_block(b, sb).T
+
+
+def calc_diff(x, y) -> float:
+    """DeepGEMM's similarity measure: 1 - 2*sum(x*y) / sum(x*x + y*y); 0 for identical, NaN-poisoned -> nan."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    denominator = (x * x + y * y).sum()
+    if denominator == 0:
+        return 0.0 if np.array_equal(x, y) else 1.0
+    return float(1.0 - 2.0 * (x * y).sum() / denominator)
+
+
+def sa_to_mn_major(sa: np.ndarray) -> np.ndarray:
+    """(M, Kb) scales -> the same logical (M, Kb) array stored M-major with M padded to 4 floats (16 bytes).
+
+    This is DeepGEMM's "column-major, TMA-aligned" layout for the activation scales: the scales a block of
+    BLOCK_M rows needs for one K group are contiguous, so TMA can fetch them as one box.
+    """
+    sa = np.asarray(sa, dtype=np.float32)
+    m, kb = sa.shape
+    storage = np.zeros((kb, align(m, 4)), dtype=np.float32)
+    storage[:, :m] = sa.T
+    return storage[:, :m].T
+
+
+def random_problem(m: int, n: int, k: int, rng=None):
+    """Fresh random FP8 operands with realistic, per-group-varying magnitudes: (a, sa, b, sb) on the host.
+
+    ``sa`` is returned M-major (see :func:`sa_to_mn_major`), the layout every stage accepts.
+    """
+    rng = np.random.default_rng() if rng is None else rng
+    # Per-row and per-column magnitudes that vary over orders of magnitude exercise the scale promotion.
+    x = rng.standard_normal((m, k), dtype=np.float32) * np.exp2(rng.integers(-4, 5, (m, 1))).astype(np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32) * np.exp2(rng.integers(-4, 5, (1, k))).astype(np.float32)
+    a, sa = per_token_cast_to_fp8(x)
+    b, sb = per_block_cast_to_fp8(w)
+    return a, sa_to_mn_major(sa), b, sb
+
+
+def flops(m: int, n: int, k: int) -> int:
+    return 2 * m * n * k
+
+
+def gemm_bytes(m: int, n: int, k: int) -> int:
+    """Bytes of A, B, both scale tensors and D, each moved once: the GB/s denominator."""
+    kb = ceil_div(k, GROUP)
+    return m * k + n * k + 4 * (m * kb + ceil_div(n, GROUP) * kb) + 2 * m * n
+
+
+__all__ = [
+    "E4M3", "BF16", "E4M3_MAX", "GROUP", "ceil_div", "align", "e4m3_encode", "e4m3_decode", "bf16_to_float",
+    "per_token_cast_to_fp8", "per_block_cast_to_fp8", "dequantize_per_token", "dequantize_per_block",
+    "reference_gemm", "calc_diff", "sa_to_mn_major", "random_problem", "flops", "gemm_bytes",
+]

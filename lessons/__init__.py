@@ -1,0 +1,50 @@
+"""The ladder: one numbered stage per idea, each a real FP8 GEMM kernel (stage 00 is the PTX warm-up).
+
+Every GEMM stage is a module ``lessons/NN_idea.py`` (or a package ``lessons/NN_idea/``) exposing:
+
+* ``IDEA``: one line, the idea this stage adds;
+* ``KIND``: ``"numba"`` or ``"ptx"``;
+* ``gemm(a, sa, b, sb, d, stream=None)``: launch D = (A*sA)(B*sB)^T on device arrays (the contract in
+  :mod:`gemm.fp8`): ``a`` (M, K) and ``b`` (N, K) e4m3 bytes (uint8 or float8), ``sa`` (M, K/128) float32
+  stored M-major with M padded to 4 (``gemm.sa_to_mn_major``), ``sb`` (N/128, K/128) float32, ``d`` (M, N)
+  BF16 (uint16 bits or bfloat16). ``stream`` is a CUDA stream handle (int) or None for the default stream.
+  The launch is asynchronous and safe to capture in a CUDA graph once the shape has run once.
+* PTX stages also expose ``generate(m, n, k) -> str`` (the PTX text for that shape) so that
+  ``python -m lessons inspect`` and the CPU tests can assemble them without a GPU.
+
+Module names start with digits, so load them with :func:`stage`.
+"""
+from __future__ import annotations
+
+import importlib
+
+STAGES = {
+    0: "00_ptx_dequant",
+    1: "01_naive",
+    2: "02_smem_tiling",
+    3: "03_register_tiling",
+    4: "04_mma_sync",
+    5: "05_wgmma",
+    6: "06_tma_pipeline",
+}
+GEMM_STAGES = [n for n in STAGES if n >= 1]
+
+
+def stage(number: int):
+    """Import stage ``number`` (e.g. ``stage(1)`` -> ``lessons/01_naive.py``)."""
+    if number not in STAGES:
+        raise ValueError(f"no stage {number}; stages are {sorted(STAGES)}")
+    return importlib.import_module(f"lessons.{STAGES[number]}")
+
+
+def available_stages() -> list[int]:
+    """Stage numbers whose module exists in this checkout."""
+    found = []
+    for number in STAGES:
+        try:
+            importlib.util.find_spec(f"lessons.{STAGES[number]}")
+        except ModuleNotFoundError:
+            continue
+        if importlib.util.find_spec(f"lessons.{STAGES[number]}") is not None:
+            found.append(number)
+    return found
