@@ -1,0 +1,164 @@
+"""The public API: clear errors for bad input (CPU), and fp8_gemm_nt correctness and JIT cost (GPU)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import gemm
+from gemm.fp8 import calc_diff, random_problem, reference_gemm
+from gemm.validate import check_gemm_args
+
+DEEPSEEK_SHAPES = [(m, n, k) for m in (64, 128, 4096) for (n, k) in
+                   ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
+RAGGED_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 4096, 1024), (4095, 7168, 2048)]
+BF16_NAN = 0x7FC0
+
+
+def _host_problem(rng, m=70, n=200, k=256):
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    return a, sa, b, sb, np.zeros((m, n), np.uint16)
+
+
+@pytest.fixture
+def device_checks(monkeypatch):
+    """Validate as on a real GPU (the CPU suite otherwise runs with the simulator's relaxed device rules)."""
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
+
+
+def test_valid_arguments_pass(rng):
+    a, sa, b, sb, d = _host_problem(rng)
+    args = check_gemm_args(a, sa, b, sb, d)
+    assert (args.m, args.n, args.k) == (70, 200, 256)
+    assert args.sa_stride == 72  # M padded to a multiple of 4 floats
+
+
+@pytest.mark.parametrize("name, bad, error, words", [
+    ("a", lambda a: a.astype(np.float32), TypeError, "a must be e4m3"),
+    ("b", lambda b: b.astype(np.float16), TypeError, "b must be e4m3"),
+    ("sa", lambda sa: sa.astype(np.float64), TypeError, "sa must be float32"),
+    ("sb", lambda sb: sb[:-1], ValueError, "sb must have shape"),
+    ("sa", lambda sa: np.ascontiguousarray(sa), ValueError, "M-major"),
+    ("d", lambda d: d.astype(np.float32), TypeError, "d must be BF16"),
+    ("d", lambda d: d[:, :-1], ValueError, "d must have shape"),
+    ("a", lambda a: a[:, ::2], ValueError, "b must have shape (N, K) with the K of a"),
+    ("b", lambda b: np.asfortranarray(b), ValueError, "b must be contiguous row-major"),
+    ("a", lambda a: a[0], ValueError, "a must be 2-D"),
+    ("a", lambda a: [[1, 2]], TypeError, "a: expected an array"),
+])
+def test_bad_argument_names_it(rng, name, bad, error, words):
+    args = dict(zip(("a", "sa", "b", "sb", "d"), _host_problem(rng)))
+    args[name] = bad(args[name])
+    with pytest.raises(error) as info:
+        check_gemm_args(**args)
+    assert words in str(info.value)
+
+
+def test_k_must_be_a_multiple_of_128(rng):
+    a, sa, b, sb = random_problem(8, 8, 200, rng)
+    with pytest.raises(ValueError, match="K=200 must be a multiple of 128"):
+        check_gemm_args(a, sa, b, sb, np.zeros((8, 8), np.uint16))
+
+
+def test_host_memory_is_refused(rng, device_checks):
+    with pytest.raises(ValueError, match="host memory"):
+        check_gemm_args(*_host_problem(rng))
+
+
+def test_mn_major_helper_makes_the_required_layout(rng):
+    sa = rng.random((5, 3), dtype=np.float32)
+    mn = gemm.get_mn_major_tma_aligned_tensor(sa)
+    np.testing.assert_array_equal(mn, sa)
+    assert mn.strides == (4, 8 * 4)
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+def _device_problem(m, n, k, rng):
+    torch = pytest.importorskip("torch")
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    to = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
+    ta = to(a.view(np.uint8)).view(torch.float8_e4m3fn)
+    tb = to(b.view(np.uint8)).view(torch.float8_e4m3fn)
+    tsa = gemm.get_mn_major_tma_aligned_tensor(to(np.ascontiguousarray(sa)))
+    tsb = to(sb)
+    out = torch.full((m, n), BF16_NAN, dtype=torch.int16, device="cuda").view(torch.bfloat16)
+    return (a, sa, b, sb), (ta, tsa, tb, tsb, out)
+
+
+def _check(host, out, rows=None):
+    a, sa, b, sb = host
+    got = out.float().cpu().numpy()
+    assert not np.isnan(got).any(), "some outputs were never written"
+    rows = slice(None) if rows is None else rows
+    ref = reference_gemm(a[rows], sa[rows], b, sb)
+    assert calc_diff(got[rows], ref) < 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", DEEPSEEK_SHAPES + RAGGED_SHAPES)
+def test_fp8_gemm_nt_torch(m, n, k, rng):
+    import torch
+    host, (ta, tsa, tb, tsb, out) = _device_problem(m, n, k, rng)
+    gemm.fp8_gemm_nt((ta, tsa), (tb, tsb), out)
+    torch.cuda.synchronize()
+    rows = np.sort(rng.choice(m, size=min(m, 256), replace=False))
+    _check(host, out, rows)
+
+
+@pytest.mark.gpu
+def test_fp8_gemm_nt_numba_arrays(rng):
+    from numba import cuda
+    m, n, k = 130, 2112, 512
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    storage = np.zeros((sa.shape[1], 132), np.float32)
+    storage[:, :m] = sa.T
+    d_sa = cuda.to_device(storage)[:, :m].T
+    out = cuda.to_device(np.full((m, n), BF16_NAN, np.uint16))
+    gemm.fp8_gemm_nt((cuda.to_device(a.view(np.uint8)), d_sa), (cuda.to_device(b.view(np.uint8)),
+                     cuda.to_device(sb)), out)
+    got = gemm.fp8.bf16_to_float(out.copy_to_host())
+    assert not np.isnan(got).any()
+    assert calc_diff(got, reference_gemm(a, sa, b, sb)) < 1e-3
+
+
+@pytest.mark.gpu
+def test_errors_on_gpu_tensors(rng):
+    torch = pytest.importorskip("torch")
+    _, (ta, tsa, tb, tsb, out) = _device_problem(64, 256, 256, rng)
+    with pytest.raises(ValueError, match="host memory"):
+        gemm.fp8_gemm_nt((ta.cpu(), tsa), (tb, tsb), out)
+    with pytest.raises(TypeError, match="d must be BF16"):
+        gemm.fp8_gemm_nt((ta, tsa), (tb, tsb), out.float())
+    with pytest.raises(ValueError, match="M-major"):
+        gemm.fp8_gemm_nt((ta, tsa.contiguous()), (tb, tsb), out)
+    with pytest.raises(ValueError, match="aligned"):
+        flat = torch.empty(64 * 256 + 1, dtype=torch.uint8, device="cuda")[1:].view(64, 256)
+        gemm.fp8_gemm_nt((flat, tsa), (tb, tsb), out)
+
+
+@pytest.mark.gpu
+def test_first_call_compiles_fast_and_second_call_compiles_nothing(tmp_path):
+    script = textwrap.dedent("""
+        import time, numpy as np, torch, gemm
+        from gemm.fp8 import random_problem
+        m, n, k = 320, 4096, 7168
+        a, sa, b, sb = random_problem(m, n, k)
+        cuda = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()
+        ta, tb = cuda(a.view(np.uint8)), cuda(b.view(np.uint8))
+        tsa, tsb = gemm.get_mn_major_tma_aligned_tensor(cuda(np.ascontiguousarray(sa))), cuda(sb)
+        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        torch.cuda.synchronize()
+        t0 = time.perf_counter(); gemm.fp8_gemm_nt((ta, tsa), (tb, tsb), out); torch.cuda.synchronize()
+        t1 = time.perf_counter(); gemm.fp8_gemm_nt((ta, tsa), (tb, tsb), out); torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        print(f"FIRST {t1 - t0:.3f} SECOND {t2 - t1:.4f}")
+    """)
+    env = dict(os.environ, FP8LADDER_CACHE_DIR=str(tmp_path), PYTHONPATH=os.getcwd())
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    first, second = (float(x) for x in result.stdout.split()[1::2])
+    print(result.stdout)
+    assert first < 2.0, f"first call (generate + assemble + load) took {first:.2f} s"
+    assert second < 0.05, f"second call took {second:.3f} s: it should only launch"
