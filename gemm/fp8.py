@@ -62,8 +62,32 @@ def _pad_to(x: np.ndarray, axis: int, multiple: int) -> np.ndarray:
     return np.pad(x, widths)
 
 
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _torch_cast(x, group_rows: int):
+    """The same casts in torch, on x's device: groups of (group_rows x 128); returns (fp8 tensor, scales)."""
+    import torch
+    rows, k = x.shape
+    padded = torch.zeros((align(rows, group_rows), align(k, GROUP)), dtype=torch.float32, device=x.device)
+    padded[:rows, :k] = x.float()
+    blocks = padded.view(padded.shape[0] // group_rows, group_rows, -1, GROUP)
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=_AMAX_FLOOR) / E4M3_MAX
+    q = (blocks / scale[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    q = q.view(padded.shape)[:rows, :k].contiguous()
+    return q, (scale if group_rows > 1 else scale.view(rows, -1))
+
+
 def per_token_cast_to_fp8(x) -> tuple[np.ndarray, np.ndarray]:
-    """(M, K) float -> ((M, K) e4m3, (M, ceil(K/128)) float32 scales), one scale per 1x128 group."""
+    """(M, K) float -> ((M, K) e4m3, (M, ceil(K/128)) float32 scales), one scale per 1x128 group.
+
+    NumPy in, NumPy out; a torch tensor is cast with torch on its own device (as DeepGEMM's helper does).
+    """
+    if _is_torch(x):
+        if x.dim() != 2:
+            raise ValueError(f"per_token_cast_to_fp8: x must be 2-D (M, K), got shape {tuple(x.shape)}")
+        return _torch_cast(x, 1)
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"per_token_cast_to_fp8: x must be 2-D (M, K), got shape {x.shape}")
@@ -77,6 +101,10 @@ def per_token_cast_to_fp8(x) -> tuple[np.ndarray, np.ndarray]:
 
 def per_block_cast_to_fp8(x) -> tuple[np.ndarray, np.ndarray]:
     """(N, K) float -> ((N, K) e4m3, (ceil(N/128), ceil(K/128)) float32 scales), one per 128x128 block."""
+    if _is_torch(x):
+        if x.dim() != 2:
+            raise ValueError(f"per_block_cast_to_fp8: x must be 2-D (N, K), got shape {tuple(x.shape)}")
+        return _torch_cast(x, GROUP)
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"per_block_cast_to_fp8: x must be 2-D (N, K), got shape {x.shape}")
