@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One entry point for a session's GPU runs (the lent H100 has no installs: run from the repo root with
+# PYTHONPATH=.). Each part writes its log under $OUT (default ./gpu_out) and goes on if a part fails.
+#   bash tools/gpu_run.sh smoke tests ladder bench      (any subset, in that order)
+set -u
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+export FP8LADDER_CACHE_DIR=${FP8LADDER_CACHE_DIR:-/tmp/fp8ladder-cache}
+PY=${PY:-python3}
+for part in "$@"; do
+  echo "=== $part ($(date -u +%T))"
+  case "$part" in
+    env)    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version --format=csv
+            $PY -c "import numba_cuda, cuda.core, cuda.bindings, torch; print('numba-cuda', numba_cuda.__version__, 'cuda-core', cuda.core.__version__, 'cuda-bindings', cuda.bindings.__version__, 'torch', torch.__version__)" ;;
+    smoke)  $PY tools/gpu_smoke.py 2>&1 | tee "$OUT/smoke.log" ;;
+    quick)  $PY -m pytest -q -m "gpu and not slow" -p no:cacheprovider --timeout=240 --maxfail=30 \
+              ${TESTS:-tests} 2>&1 | tee "$OUT/pytest_quick.log" | tail -60 ;;
+    tests)  $PY -m pytest -q -m gpu -p no:cacheprovider --timeout=300 --junitxml="$OUT/junit.xml" \
+              ${TESTS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -80 ;;
+    ladder) $PY -m lessons ladder --out "$OUT" ${LADDER_ARGS:-} 2>&1 | tee "$OUT/ladder.log" | tail -30 ;;
+    bench)  $PY -m gemm.bench --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
+    *) echo "unknown part $part" ;;
+  esac
+done
