@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import importlib
 
+import gemm._compat  # noqa: F401  (numba-cuda vs newer NumPy; before any stage imports numba)
+
 STAGES = {
     0: "00_ptx_dequant",
     1: "01_naive",
