@@ -1,0 +1,256 @@
+"""Load a cubin and launch its kernels through cuda-python: grid, block, cluster, big dynamic smem, tensor maps.
+
+Loading uses cuda.core (``ObjectCode.from_cubin`` + ``get_kernel``). Launching goes straight to the
+driver's ``cuLaunchKernelEx`` with a ``void*[]`` of parameter pointers built with ctypes: one path for every
+launch, which passes a 128-byte CUtensorMap by value, sets the cluster-dimension attribute, and is legal
+inside CUDA-graph stream capture. Each argument is packed by the PTX type of its parameter, read from the
+kernel's ``.entry`` signature in the PTX, so a Python int for a ``.u32`` parameter is packed as 4 bytes.
+
+Grid is counted in blocks (as in CUDA C's ``<<<grid, block>>>``), also with a cluster: it must then be a
+multiple of the cluster shape. Nothing here touches the GPU at import time; the context is made current
+on the first launch (device 0's primary context, the one Numba and torch also use).
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+
+import numpy as np
+
+from ptx.compile import Cubin
+from ptx.tma import TENSOR_MAP_BYTES, TensorMap
+
+DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic smem above this needs the kernel attribute raised first
+
+_lock = threading.Lock()
+_device = None
+
+
+def ensure_context(device_id: int = 0):
+    """Make device ``device_id``'s primary context current (once per thread); returns the cuda.core Device."""
+    global _device
+    from cuda.core import Device
+    with _lock:
+        if _device is None:
+            _device = Device(device_id)
+        _device.set_current()
+    return _device
+
+
+def _check(result, what: str):
+    from cuda.bindings import driver
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, message = driver.cuGetErrorString(err)
+        text = message.decode() if isinstance(message, bytes) else message
+        raise RuntimeError(f"{what} failed: {err.name} ({text})")
+    return rest[0] if len(rest) == 1 else rest
+
+
+# -- parameters --------------------------------------------------------------------------------------
+_CTYPES = {
+    "u64": ctypes.c_uint64, "s64": ctypes.c_int64, "b64": ctypes.c_uint64,
+    "u32": ctypes.c_uint32, "s32": ctypes.c_int32, "b32": ctypes.c_uint32,
+    "u16": ctypes.c_uint16, "s16": ctypes.c_int16, "b16": ctypes.c_uint16,
+    "u8": ctypes.c_uint8, "s8": ctypes.c_int8, "b8": ctypes.c_uint8,
+    "f32": ctypes.c_float, "f64": ctypes.c_double,
+}
+_ENTRY = r"\.entry\s+{name}\s*\((.*?)\)"
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+(?:\[(\d+)\])?")
+
+
+def parse_params(ptx: str, name: str) -> list[tuple[str, int]]:
+    """[(ptx type, array length or 0)] of kernel ``name``'s parameters, in order."""
+    match = re.search(_ENTRY.format(name=re.escape(name)), ptx, re.S)
+    if not match:
+        raise KeyError(f"no .entry {name} in the PTX")
+    return [(t, int(n or 0)) for t, n in _PARAM.findall(match.group(1))]
+
+
+def device_pointer(obj) -> int:
+    """The device address of ``obj``: an int, a TensorMap-free array object (torch, CAI, DLPack), a Buffer."""
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if hasattr(obj, "data_ptr") and type(obj).__module__.startswith("torch"):
+        if not obj.is_cuda:
+            raise TypeError("kernel argument: a torch tensor on the CPU; move it to the GPU first")
+        return int(obj.data_ptr())
+    if hasattr(obj, "__cuda_array_interface__"):
+        return int(obj.__cuda_array_interface__["data"][0])
+    if isinstance(obj, np.ndarray):
+        raise TypeError("kernel argument: a NumPy array lives in host memory; copy it to the GPU first")
+    handle = getattr(obj, "handle", None)  # cuda.core Buffer
+    if handle is not None and hasattr(obj, "size"):
+        return int(handle)
+    from ptx.arrays import as_device_view
+    view = as_device_view(obj)
+    if not view.on_device:
+        raise TypeError(f"kernel argument: {type(obj).__name__} is not in device memory")
+    return view.ptr
+
+
+def pack_args(params: list[tuple[str, int]] | None, args) -> tuple[list, ctypes.Array]:
+    """ctypes storage for each argument and the ``void*[]`` of their addresses that cuLaunchKernelEx reads."""
+    args = list(args)
+    if params is not None and len(params) != len(args):
+        raise TypeError(f"the kernel takes {len(params)} arguments, got {len(args)}")
+    storage = []
+    for index, value in enumerate(args):
+        ptx_type, length = params[index] if params is not None else (_guess_type(value), 0)
+        if isinstance(value, TensorMap) or length:
+            data = value.data if isinstance(value, TensorMap) else bytes(value)
+            expected = length or TENSOR_MAP_BYTES
+            if len(data) != expected:
+                raise TypeError(f"argument {index}: expected {expected} bytes, got {len(data)}")
+            storage.append((ctypes.c_ubyte * expected).from_buffer_copy(data))
+            continue
+        if ptx_type not in _CTYPES:
+            raise TypeError(f"argument {index}: unsupported PTX parameter type .{ptx_type}")
+        if ptx_type.startswith("f"):
+            storage.append(_CTYPES[ptx_type](float(value)))
+        else:
+            number = device_pointer(value) if ptx_type in ("u64", "b64", "s64") else int(value)
+            storage.append(_CTYPES[ptx_type](number))
+    pointers = (ctypes.c_void_p * max(len(storage), 1))(*[ctypes.addressof(s) for s in storage])
+    return storage, pointers
+
+
+def _guess_type(value) -> str:
+    """Without PTX, infer the parameter type from the Python value (numpy scalars keep their width)."""
+    if isinstance(value, np.generic):
+        return {"f": "f", "u": "u", "i": "s"}[value.dtype.kind] + str(value.dtype.itemsize * 8)
+    if isinstance(value, float):
+        return "f32"
+    return "u64"
+
+
+def stream_handle(stream) -> int:
+    """None -> 0 (the legacy default stream); an int; cuda.core/Numba/torch stream objects."""
+    if stream is None:
+        return 0
+    if isinstance(stream, (int, np.integer)):
+        return int(stream)
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        return int(stream.cuda_stream)
+    handle = getattr(stream, "handle", None)  # Numba: a CUstream, or a ctypes c_void_p (older bindings)
+    if handle is not None:
+        value = getattr(handle, "value", handle)
+        return int(value or 0)
+    raise TypeError(f"stream must be an int handle, a stream object or None, got {type(stream).__name__}")
+
+
+def _dims(value, what: str) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if not 1 <= len(dims) <= 3 or any(int(d) < 1 for d in dims):
+        raise ValueError(f"{what} must be a positive int or a tuple of 1-3 positive ints, got {value!r}")
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+
+
+def launch_config(grid, block, *, shared_bytes: int = 0, cluster=None, stream=None):
+    """The driver's CUlaunchConfig: grid in blocks, block in threads, dynamic smem, cluster attribute, stream."""
+    from cuda.bindings import driver
+    grid, block = _dims(grid, "grid"), _dims(block, "block")
+    config = driver.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = int(shared_bytes)
+    config.hStream = driver.CUstream(stream_handle(stream))
+    if cluster is not None:
+        cluster = _dims(cluster, "cluster")
+        if any(g % c for g, c in zip(grid, cluster)):
+            raise ValueError(f"grid {grid} (in blocks) must be a multiple of the cluster shape {cluster}")
+        attribute = driver.CUlaunchAttribute()
+        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster
+        config.attrs = [attribute]
+        config.numAttrs = 1
+    return config
+
+
+# -- kernels -----------------------------------------------------------------------------------------
+def _load(image: bytes, name: str):
+    """(CUkernel, the object keeping its library loaded): through cuda.core; the driver's cuLibrary* calls
+    if that fails."""
+    from cuda.bindings import driver
+    try:
+        from cuda.core import ObjectCode
+        code = ObjectCode.from_cubin(image)
+        kernel = code.get_kernel(name)
+        return driver.CUkernel(int(kernel.handle)), (code, kernel)
+    except Exception as core_error:
+        try:
+            library = _check(driver.cuLibraryLoadData(image, None, None, 0, None, None, 0), "cuLibraryLoadData")
+            kernel = _check(driver.cuLibraryGetKernel(library, name.encode()), f"cuLibraryGetKernel({name})")
+        except Exception as driver_error:
+            raise RuntimeError(f"could not load kernel {name!r}: cuda.core said {core_error!r}; "
+                               f"the driver said {driver_error!r}") from driver_error
+        return kernel, library
+
+
+class Kernel:
+    """One kernel of a loaded cubin. Launch with :meth:`launch`."""
+
+    def __init__(self, cubin: Cubin, name: str):
+        self.name = name
+        self.cubin = cubin
+        self.params = parse_params(cubin.ptx, name) if cubin.ptx else None
+        ensure_context()
+        self._kernel_handle, self._owner = _load(cubin.image, name)
+        self._function = None
+        self._shared_limit = DEFAULT_SHARED_LIMIT
+
+    def _function_handle(self):
+        from cuda.bindings import driver
+        if self._function is None:
+            ensure_context()
+            self._function = _check(driver.cuKernelGetFunction(self._kernel_handle), "cuKernelGetFunction")
+        return self._function
+
+    def _allow_shared(self, function, shared_bytes: int) -> None:
+        from cuda.bindings import driver
+        if shared_bytes <= self._shared_limit:
+            return
+        attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _check(driver.cuFuncSetAttribute(function, attribute, shared_bytes),
+               f"raising {self.name}'s dynamic shared memory to {shared_bytes} bytes")
+        self._shared_limit = shared_bytes
+
+    def launch(self, grid, block, args, *, shared_bytes: int = 0, cluster=None, stream=None) -> None:
+        from cuda.bindings import driver
+        config = launch_config(grid, block, shared_bytes=shared_bytes, cluster=cluster, stream=stream)
+        storage, pointers = pack_args(self.params, args)
+        function = self._function_handle()
+        self._allow_shared(function, int(shared_bytes))
+        _check(driver.cuLaunchKernelEx(config, function, ctypes.addressof(pointers), 0), f"launching {self.name}")
+        del storage  # the driver has copied the parameter values by now
+
+    def __repr__(self):
+        return f"Kernel({self.name!r}, params={self.params})"
+
+
+_KERNELS: dict[tuple[str, str], Kernel] = {}
+
+
+def load_kernel(cubin: Cubin, name: str) -> Kernel:
+    """The kernel ``name`` from ``cubin`` (loaded once per cubin image and name)."""
+    key = (cubin.key, name)
+    if key not in _KERNELS:
+        _KERNELS[key] = Kernel(cubin, name)
+    return _KERNELS[key]
+
+
+def synchronize(stream=None) -> None:
+    from cuda.bindings import driver
+    ensure_context()
+    handle = stream_handle(stream)
+    if handle:
+        _check(driver.cuStreamSynchronize(driver.CUstream(handle)), "cuStreamSynchronize")
+    else:
+        _check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+__all__ = ["load_kernel", "Kernel", "ensure_context", "synchronize", "parse_params", "pack_args", "launch_config",
+           "device_pointer", "stream_handle"]
