@@ -110,11 +110,12 @@ def test_fp8_gemm_nt_torch(m, n, k, rng):
 @pytest.mark.gpu
 def test_fp8_gemm_nt_numba_arrays(rng):
     from numba import cuda
+    from lessons.ladder import mn_major_view
     m, n, k = 130, 2112, 512
     a, sa, b, sb = random_problem(m, n, k, rng)
     storage = np.zeros((sa.shape[1], 132), np.float32)
     storage[:, :m] = sa.T
-    d_sa = cuda.to_device(storage)[:, :m].T
+    d_sa = mn_major_view(cuda.to_device(storage), m)
     out = cuda.to_device(np.full((m, n), BF16_NAN, np.uint16))
     gemm.fp8_gemm_nt((cuda.to_device(a.view(np.uint8)), d_sa), (cuda.to_device(b.view(np.uint8)),
                      cuda.to_device(sb)), out)

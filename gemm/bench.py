@@ -1,0 +1,300 @@
+"""``python -m gemm.bench``: the public ``fp8_gemm_nt`` against cuBLAS's blockwise FP8 on the DeepSeek shapes.
+
+    python -m gemm.bench                              # the 18 DeepSeek-V3 shapes
+    python -m gemm.bench --shapes "64,2112,7168;4096,7168,16384"
+
+Both kernels get the same quantized inputs and the same timer (:func:`gemm.testing.bench_kernel`); each
+output is poisoned with NaN before its checked call and compared with the float64 reference. Writes
+``results/gemm_bench.json``. This module is also the one home of the cuBLAS peer and of the output check
+that the ladder (``python -m lessons ladder``) reuses.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gemm.fp8 import align, bf16_to_float, calc_diff, flops, gemm_bytes, reference_gemm
+from gemm.testing import Column, bench_kernel, command_line, device_info, format_table, write_result
+
+# DeepSeek-V3's dense GEMMs (N, K) at decode (M=64, 128) and prefill (M=4096) batch sizes.
+DEEPSEEK_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+DEEPSEEK_SHAPES = [(m, n, k) for m in (64, 128, 4096) for n, k in DEEPSEEK_NK]
+DIFF_LIMIT = 1e-3  # DeepGEMM's bar for BF16 output
+REFERENCE_ROWS = 512  # rows checked against float64; every element is still checked for being written
+BF16_NAN_BITS = 0x7FC0
+
+
+# ------------------------------------------------------------------------------------------- checking
+
+@dataclass
+class Reference:
+    """float64 D on a sample of rows: the full product at M=4096 costs minutes of CPU, a sample seconds."""
+    rows: np.ndarray
+    values: np.ndarray  # (len(rows), N)
+    sampled: bool
+
+
+def reference_rows(a, sa, b, sb, rng, max_rows: int = REFERENCE_ROWS) -> Reference:
+    m = a.shape[0]
+    if m <= max_rows:
+        rows = np.arange(m)
+    else:  # random rows plus the first and last, so ragged edges are always among them
+        rows = np.union1d(1 + rng.choice(m - 2, max_rows - 2, replace=False), [0, m - 1])
+    sa_rows = np.asarray(sa)[rows]
+    return Reference(rows, reference_gemm(np.asarray(a)[rows], sa_rows, b, sb), m > max_rows)
+
+
+def check_output(d_bits: np.ndarray, reference: Reference) -> dict:
+    """Every element written (no NaN left from the poison) and diff vs the reference rows."""
+    d = bf16_to_float(d_bits)
+    unwritten = int(np.isnan(d).sum())
+    diff = calc_diff(d[reference.rows], reference.values) if unwritten == 0 else float("nan")
+    return {"unwritten": unwritten, "diff": diff, "correct": unwritten == 0 and diff < DIFF_LIMIT}
+
+
+# ---------------------------------------------------------------------------------------- torch inputs
+
+def torch_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _torch_fp8(host, device):
+    import torch
+    return torch.from_numpy(np.ascontiguousarray(host).view(np.uint8)).to(device).view(torch.float8_e4m3fn)
+
+
+def _torch_m_major(sa, device, m_stride: int):
+    """(M, Kb) values -> torch (M, Kb) view with strides (1, m_stride)."""
+    import torch
+    values = np.asarray(sa, dtype=np.float32)
+    m, kb = values.shape
+    storage = np.zeros((kb, m_stride), dtype=np.float32)
+    storage[:, :m] = values.T
+    return torch.from_numpy(storage).to(device)[:, :m].t()
+
+
+@dataclass
+class TorchProblem:
+    """The inputs on the GPU as torch tensors, in our layout (sa M-major, M padded to 4)."""
+    a: object
+    sa: object
+    b: object
+    sb: object
+    out: object
+
+    @classmethod
+    def from_host(cls, a, sa, b, sb, device="cuda"):
+        import torch
+        m, n = a.shape[0], b.shape[0]
+        return cls(_torch_fp8(a, device), _torch_m_major(sa, device, align(m, 4)), _torch_fp8(b, device),
+                   torch.from_numpy(np.ascontiguousarray(sb, dtype=np.float32)).to(device),
+                   torch.empty((m, n), dtype=torch.bfloat16, device=device))
+
+
+def torch_bits(tensor) -> np.ndarray:
+    import torch
+    return tensor.view(torch.int16).cpu().numpy().view(np.uint16)
+
+
+def poison_torch(tensor) -> None:
+    tensor.fill_(float("nan"))
+
+
+class CublasBlockwise:
+    """torch._scaled_mm with 1x128 activation and 128x128 weight scales: cuBLAS's DeepSeek-style FP8 GEMM.
+
+    torch's layout rules (ScaledBlas.cpp): mat2 is B^T, (K, N) column-major; scale_a is (M, K/128) with
+    strides (1, M) exactly (unpadded, unlike ours); scale_b is (K/128, N/128) column-major, i.e. sB^T, whose
+    leading dimension some torch versions want padded to a multiple of 4. We try both and keep what works.
+    All tensors, the output included, are allocated here, so a launch allocates nothing (graph-safe).
+    """
+
+    name = "cuBLAS blockwise (torch._scaled_mm)"
+
+    def __init__(self, a, sa, b, sb, device="cuda"):
+        import torch
+        self.torch = torch
+        m, n = a.shape[0], b.shape[0]
+        self.a = _torch_fp8(a, device)
+        self.mat2 = _torch_fp8(b, device).t()
+        self.scale_a = _torch_m_major(sa, device, m)
+        nb, kb = np.asarray(sb).shape
+        padded_kb = _torch_m_major(np.asarray(sb).T, device, align(kb, 4))  # (Kb, Nb), strides (1, align(Kb, 4))
+        plain_kb = _torch_m_major(np.asarray(sb).T, device, kb)
+        self.out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+        self._streams: dict[int, object] = {}
+        errors = []
+        for scale_b in (padded_kb, plain_kb):
+            self.scale_b = scale_b
+            try:
+                self.launch(torch.cuda.current_stream().cuda_stream)
+                torch.cuda.synchronize()
+                return
+            except RuntimeError as error:
+                errors.append(str(error).splitlines()[0])
+        raise RuntimeError("torch._scaled_mm refused both blockwise scale layouts: " + " | ".join(errors))
+
+    def launch(self, stream: int) -> None:
+        torch = self.torch
+        if stream not in self._streams:
+            self._streams[stream] = torch.cuda.ExternalStream(stream)
+        with torch.cuda.stream(self._streams[stream]):
+            torch._scaled_mm(self.a, self.mat2, self.scale_a, self.scale_b, out_dtype=torch.bfloat16,
+                             out=self.out)
+
+    def checked_run(self, reference: Reference) -> dict:
+        poison_torch(self.out)
+        self.launch(self.torch.cuda.current_stream().cuda_stream)
+        self.torch.cuda.synchronize()
+        return check_output(torch_bits(self.out), reference)
+
+
+def time_peer(a, sa, b, sb, reference: Reference) -> dict:
+    """Checked + timed cuBLAS row fields (peer_*); an error becomes peer_error, never an exception."""
+    try:
+        peer = CublasBlockwise(a, sa, b, sb)
+        check = peer.checked_run(reference)
+        timing = bench_kernel(peer.launch)
+    except Exception as error:  # the peer is a comparison, not the thing under test
+        return {"peer_error": f"{type(error).__name__}: {error}"}
+    m, n, k = a.shape[0], b.shape[0], a.shape[1]
+    return {"peer_us": timing.median_us, "peer_tflops": timing.tflops(flops(m, n, k)),
+            "peer_gbps": timing.gbps(gemm_bytes(m, n, k)), "peer_diff": check["diff"],
+            "peer_correct": check["correct"]}
+
+
+# ------------------------------------------------------------------------------------------ the bench
+
+COLUMNS = [
+    Column("m", "M"), Column("n", "N"), Column("k", "K"),
+    Column("ours_us", "ours us", "{:.1f}"), Column("ours_tflops", "ours TFLOP/s", "{:.0f}"),
+    Column("ours_gbps", "ours GB/s", "{:.0f}"), Column("peer_tflops", "cuBLAS TFLOP/s", "{:.0f}"),
+    Column("ratio", "ours/cuBLAS", "{:.2f}x"), Column("diff", "diff", "{:.1e}"),
+    Column("status", "status", align="left"),
+]
+
+
+def measure_shape(m: int, n: int, k: int, rng, *, with_peer: bool, gemm=None, device="cuda",
+                  timer=None) -> dict:
+    """One row: ``gemm`` (default: the public fp8_gemm_nt) checked and timed, then the peer on the same inputs.
+
+    ``gemm``, ``device`` and ``timer`` are there so the row logic can be tested without a GPU.
+    """
+    import torch
+    if gemm is None:
+        from gemm.api import fp8_gemm_nt as gemm
+    timer = timer or bench_kernel
+    from gemm.fp8 import random_problem
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    reference = reference_rows(a, sa, b, sb, rng)
+    row = {"m": m, "n": n, "k": k, "reference_rows": len(reference.rows)}
+    try:
+        problem = TorchProblem.from_host(a, sa, b, sb, device)
+        poison_torch(problem.out)
+
+        def launch(stream):
+            gemm((problem.a, problem.sa), (problem.b, problem.sb), problem.out, stream=stream)
+
+        launch(None)
+        if problem.out.is_cuda:
+            torch.cuda.synchronize()
+        check = check_output(torch_bits(problem.out), reference)
+        timing = timer(launch)
+        row.update(ours_us=timing.median_us, ours_min_us=timing.min_us, pairs=timing.pairs,
+                   ours_tflops=timing.tflops(flops(m, n, k)), ours_gbps=timing.gbps(gemm_bytes(m, n, k)),
+                   diff=check["diff"], unwritten=check["unwritten"],
+                   status="ok" if check["correct"] else "WRONG")
+    except Exception as error:
+        row.update(status="failed", error=f"{type(error).__name__}: {error}")
+    if with_peer:
+        row.update(time_peer(a, sa, b, sb, reference))
+        if row.get("ours_us") and row.get("peer_us"):
+            row["ratio"] = row["peer_us"] / row["ours_us"]
+    return row
+
+
+def plot_bench(rows: list[dict], path: Path, *, title: str) -> None:
+    """Grouped bars: ours and cuBLAS TFLOP/s per shape (log scale: M=64 and M=4096 differ tenfold)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = [f"{r['m']}x{r['n']}x{r['k']}" for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(0.6 * len(rows) + 3, 4.5))
+    for offset, key, name, color in ((-0.2, "ours_tflops", "fp8_gemm_nt", "#3b75af"),
+                                     (0.2, "peer_tflops", "cuBLAS blockwise", "#888888")):
+        ax.bar(x + offset, [r.get(key) or 0 for r in rows], width=0.4, label=name, color=color)
+    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("TFLOP/s (log scale)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    if text == "deepseek":
+        return list(DEEPSEEK_SHAPES)
+    shapes = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        values = [int(v) for v in part.replace("x", ",").split(",")]
+        if len(values) != 3 or min(values) <= 0:
+            raise argparse.ArgumentTypeError(f"shape {part!r}: expected M,N,K (positive integers)")
+        shapes.append(tuple(values))
+    return shapes
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gemm.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", type=parse_shapes, default="deepseek",
+                        help='"deepseek" (the 18 shapes) or "M,N,K;M,N,K;..."')
+    parser.add_argument("--no-peer", action="store_true", help="skip cuBLAS")
+    parser.add_argument("--out", type=Path, default=Path("results"), help="folder for gemm_bench.json")
+    args = parser.parse_args(argv)
+    shapes = parse_shapes(args.shapes) if isinstance(args.shapes, str) else args.shapes
+
+    from ptx.device import is_hopper
+    if not is_hopper():
+        print("gemm.bench times the sm_90a kernel behind fp8_gemm_nt: it needs a Hopper GPU (none found). "
+              "On a CPU, `python -m lessons ladder` assembles the kernels and `python -m lessons inspect 6` "
+              "shows their resources.")
+        return 0
+    if not torch_available():
+        print("gemm.bench needs torch with CUDA (the inputs and the cuBLAS peer are torch tensors).")
+        return 1
+    from tqdm import tqdm
+    rng = np.random.default_rng()
+    rows = []
+    for m, n, k in tqdm(shapes, desc="gemm.bench", unit="shape"):
+        rows.append(measure_shape(m, n, k, rng, with_peer=not args.no_peer))
+        tqdm.write(f"{m}x{n}x{k}: {rows[-1].get('ours_tflops', float('nan')):.0f} TFLOP/s "
+                   f"(cuBLAS {rows[-1].get('peer_tflops', float('nan')):.0f}) {rows[-1]['status']}")
+    print(format_table(COLUMNS, rows))
+    for row in rows:
+        for key in ("error", "peer_error"):
+            if key in row:
+                print(f"{row['m']}x{row['n']}x{row['k']} {key}: {row[key]}")
+    path = args.out / "gemm_bench.json"
+    device = device_info()
+    write_result(path, command=command_line("gemm.bench"), rows=rows, device=device,
+                 timing="CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only; median of 5")
+    try:
+        plot_bench(rows, args.out / "gemm_bench.png", title=f"{device.get('name', 'GPU')}: fp8_gemm_nt vs cuBLAS")
+    except Exception as error:  # the JSON is the result; the chart is a view of it
+        print(f"no chart: {type(error).__name__}: {error}")
+    print(f"wrote {path} and {args.out / 'gemm_bench.png'}")
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""The one kernel timer every benchmark uses, the device description, and the result files.
+
+Kernel time, not launch time (DEVELOPERS.md): we capture a CUDA graph of ``pairs`` x (flush L2; launch),
+replay it, and subtract the replay time of the same graph with the flushes alone:
+
+    kernel_us = (t(graph of flush+launch pairs) - t(graph of flushes)) / pairs
+
+Launch gaps vanish inside a graph replay (they are up to 40% of an M=64 kernel when timed per call), and a
+256 MiB memset before every call evicts the 50 MB L2 so each call reads its operands from HBM, as it would
+inside a model. ``launch(stream)`` may come from Numba (``numba.cuda.external_stream``), from our PTX runtime
+(an int handle) or from torch (``torch.cuda.ExternalStream``): all we need is that it enqueues one kernel
+call on the stream it is given, without allocating or synchronizing.
+
+Everything here imports on a machine without a GPU; the CUDA driver is touched only when a function runs.
+"""
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from gemm.fp8 import calc_diff  # noqa: F401  (DeepGEMM keeps it in its testing module; its home is gemm.fp8)
+
+FLUSH_BYTES = 256 << 20
+TARGET_REPLAY_SECONDS = 0.1  # long enough for event resolution and clock noise to average out
+MIN_PAIRS, MAX_PAIRS = 3, 50
+
+
+@dataclass
+class Timing:
+    median_us: float
+    min_us: float
+    samples_us: list[float]
+    pairs: int
+    flush_us: float = float("nan")  # one L2 flush, for reference
+
+    def tflops(self, flop_count: int) -> float:
+        return flop_count / self.median_us / 1e6 if self.median_us > 0 else float("nan")
+
+    def gbps(self, byte_count: int) -> float:
+        return byte_count / self.median_us / 1e3 if self.median_us > 0 else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------- driver
+
+def _driver():
+    from cuda.bindings import driver
+    return driver
+
+
+def _check(result):
+    """cuda.bindings returns (err, *values): raise on error, return the values (one, a tuple, or None)."""
+    driver = _driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(err)
+        raise RuntimeError(f"CUDA driver error {name.decode() if isinstance(name, bytes) else name}")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _ensure_primary_context() -> None:
+    """Make device 0's primary context current: the one Numba, torch and cuda.core all use."""
+    driver = _driver()
+    _check(driver.cuInit(0))
+    if int(_check(driver.cuCtxGetCurrent())) == 0:
+        device = _check(driver.cuDeviceGet(0))
+        _check(driver.cuCtxSetCurrent(_check(driver.cuDevicePrimaryCtxRetain(device))))
+
+
+_timing_stream = None
+_flush_buffers: dict[int, int] = {}
+
+
+def timing_stream() -> int:
+    """One non-blocking stream reused by every measurement (torch caches a cuBLAS workspace per stream)."""
+    global _timing_stream
+    if _timing_stream is None:
+        _ensure_primary_context()
+        driver = _driver()
+        _timing_stream = _check(driver.cuStreamCreate(int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)))
+    return int(_timing_stream)
+
+
+def _flush_buffer(flush_bytes: int) -> int:
+    if flush_bytes not in _flush_buffers:
+        _flush_buffers[flush_bytes] = int(_check(_driver().cuMemAlloc(flush_bytes)))
+    return _flush_buffers[flush_bytes]
+
+
+def _enqueue_flush(buffer: int, flush_bytes: int, stream: int) -> None:
+    _check(_driver().cuMemsetD32Async(buffer, 0, flush_bytes // 4, stream))
+
+
+def _elapsed_ms(stream: int, enqueue: Callable[[], None]) -> float:
+    driver = _driver()
+    start = _check(driver.cuEventCreate(int(driver.CUevent_flags.CU_EVENT_DEFAULT)))
+    end = _check(driver.cuEventCreate(int(driver.CUevent_flags.CU_EVENT_DEFAULT)))
+    try:
+        _check(driver.cuEventRecord(start, stream))
+        enqueue()
+        _check(driver.cuEventRecord(end, stream))
+        _check(driver.cuEventSynchronize(end))
+        return float(_check(driver.cuEventElapsedTime(start, end)))
+    finally:
+        driver.cuEventDestroy(start)
+        driver.cuEventDestroy(end)
+
+
+def _capture(stream: int, enqueue: Callable[[], None]):
+    """Record what ``enqueue`` puts on ``stream`` into an instantiated graph.
+
+    Relaxed mode: the libraries we time (Numba, torch, cuda.core) may make driver calls that the stricter
+    modes reject during a capture, such as lazy module loading; what they enqueue still lands in the graph.
+    """
+    driver = _driver()
+    _check(driver.cuStreamBeginCapture(stream, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+    try:
+        enqueue()
+    except BaseException:
+        err, graph = driver.cuStreamEndCapture(stream)  # leave the stream usable before re-raising
+        if err == driver.CUresult.CUDA_SUCCESS and int(graph):
+            driver.cuGraphDestroy(graph)
+        raise
+    try:
+        graph = _check(driver.cuStreamEndCapture(stream))
+    except RuntimeError as error:
+        raise RuntimeError(f"graph capture failed ({error}): the launch must not allocate, copy to/from the "
+                           "host or synchronize; run it once before timing") from error
+    try:
+        return _check(driver.cuGraphInstantiate(graph, 0))
+    finally:
+        driver.cuGraphDestroy(graph)
+
+
+def choose_pairs(call_seconds: float, flush_seconds: float) -> int:
+    """How many (flush; call) pairs make one replay last about TARGET_REPLAY_SECONDS, within [3, 50]."""
+    per_pair = max(call_seconds + flush_seconds, 1e-7)
+    return max(MIN_PAIRS, min(MAX_PAIRS, round(TARGET_REPLAY_SECONDS / per_pair)))
+
+
+def bench_kernel(launch: Callable[[int], None], *, flush_bytes: int = FLUSH_BYTES, pairs: int | None = None,
+                 reps: int = 5) -> Timing:
+    """Kernel time of ``launch(stream_handle)`` (see the module docstring); median and min over ``reps``."""
+    driver = _driver()
+    stream = timing_stream()
+    buffer = _flush_buffer(flush_bytes)
+
+    launch(stream)  # compilation, first-touch allocations and caches happen here, never inside the capture
+    _check(driver.cuStreamSynchronize(stream))
+    call_ms = _elapsed_ms(stream, lambda: launch(stream))
+    flush_ms = _elapsed_ms(stream, lambda: _enqueue_flush(buffer, flush_bytes, stream))
+    if pairs is None:
+        pairs = choose_pairs(call_ms / 1e3, flush_ms / 1e3)
+
+    def pairs_of_flush_and_call():
+        for _ in range(pairs):
+            _enqueue_flush(buffer, flush_bytes, stream)
+            launch(stream)
+
+    def flushes_only():
+        for _ in range(pairs):
+            _enqueue_flush(buffer, flush_bytes, stream)
+
+    with_calls = _capture(stream, pairs_of_flush_and_call)
+    flushes = _capture(stream, flushes_only)
+    try:
+        for graph in (with_calls, flushes):  # warm: uploads the graph, settles clocks
+            _elapsed_ms(stream, lambda g=graph: _check(driver.cuGraphLaunch(g, stream)))
+        samples, flush_samples = [], []
+        for _ in range(reps):  # interleaved, so slow drifts (clocks, temperature) hit both alike
+            total_ms = _elapsed_ms(stream, lambda: _check(driver.cuGraphLaunch(with_calls, stream)))
+            flush_total_ms = _elapsed_ms(stream, lambda: _check(driver.cuGraphLaunch(flushes, stream)))
+            samples.append((total_ms - flush_total_ms) * 1e3 / pairs)
+            flush_samples.append(flush_total_ms * 1e3 / pairs)
+    finally:
+        driver.cuGraphExecDestroy(with_calls)
+        driver.cuGraphExecDestroy(flushes)
+    return Timing(statistics.median(samples), min(samples), samples, pairs, statistics.median(flush_samples))
+
+
+# ---------------------------------------------------------------------------------------------- device
+
+def _package_versions() -> dict[str, str | None]:
+    versions = {}
+    for name in ("numba-cuda", "cuda-core", "cuda-bindings", "nvidia-nvjitlink", "torch", "numpy", "ml-dtypes"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _nvidia_smi_clocks() -> dict | None:
+    fields = ["clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem", "power.limit", "driver_version"]
+    try:
+        text = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", "0"],
+            capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    values = [v.strip() for v in text.strip().splitlines()[0].split(",")] if text.strip() else []
+    if len(values) != len(fields):
+        return None
+    names = ["sm_clock_mhz", "sm_clock_max_mhz", "mem_clock_mhz", "mem_clock_max_mhz", "power_limit_w",
+             "driver_version"]
+    clocks = {name: _number(v) for name, v in zip(names, values)}
+    clocks["driver_version"] = str(values[-1])  # "580.159.04" is not a number
+    return clocks
+
+
+def _number(text: str):
+    try:
+        return float(text) if "." in text else int(text)
+    except ValueError:
+        return text
+
+
+def _gpu_facts() -> dict:
+    driver = _driver()
+    _ensure_primary_context()
+    device = _check(driver.cuDeviceGet(0))
+    attr = driver.CUdevice_attribute
+
+    def attribute(name):
+        return int(_check(driver.cuDeviceGetAttribute(getattr(attr, name), device)))
+
+    facts = {
+        "name": _check(driver.cuDeviceGetName(256, device)).split(b"\0")[0].decode(),
+        "compute_capability": f"{attribute('CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR')}."
+                              f"{attribute('CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR')}",
+        "sm_count": attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+        "l2_bytes": attribute("CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE"),
+        "memory_bytes": int(_check(driver.cuDeviceTotalMem(device))),
+        "driver_cuda_version": _cuda_version_string(int(_check(driver.cuDriverGetVersion()))),
+    }
+    clocks = _nvidia_smi_clocks()
+    if clocks is None:  # no nvidia-smi: the driver knows only the maximum clocks
+        clocks = {"sm_clock_max_mhz": attribute("CU_DEVICE_ATTRIBUTE_CLOCK_RATE") // 1000,
+                  "mem_clock_max_mhz": attribute("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE") // 1000,
+                  "clock_source": "driver attributes (nvidia-smi unavailable)"}
+    else:
+        clocks["clock_source"] = "nvidia-smi"
+    facts.update(clocks)
+    return facts
+
+
+def _cuda_version_string(version: int) -> str:
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _toolkit_versions() -> dict:
+    versions = {}
+    try:
+        from cuda.bindings import runtime
+        err, version = runtime.cudaRuntimeGetVersion()
+        versions["cuda_runtime"] = _cuda_version_string(version) if int(err) == 0 else None
+    except Exception:
+        versions["cuda_runtime"] = None
+    try:
+        from cuda.bindings import nvjitlink
+        versions["nvjitlink"] = ".".join(map(str, nvjitlink.version()))
+    except Exception:
+        versions["nvjitlink"] = None
+    return versions
+
+
+def device_info() -> dict:
+    """What a result was measured on: GPU, clocks, driver and library versions, UTC date (no hostname)."""
+    from ptx.device import has_gpu
+    info = {"gpu": has_gpu(), "date": utc_now()}
+    if info["gpu"]:
+        try:
+            info.update(_gpu_facts())
+        except Exception as error:  # a description must never stop a benchmark
+            info["gpu_facts_error"] = str(error)
+    info.update(_toolkit_versions())
+    info["python"] = platform.python_version()
+    info["packages"] = _package_versions()
+    return info
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+def command_line(module: str) -> str:
+    """The command that produced a result, as a user would retype it."""
+    import shlex
+    return shlex.join(["python", "-m", module, *sys.argv[1:]])
+
+
+def write_result(path, *, command: str, rows: list[dict], device: dict | None = None, **extra) -> dict:
+    """Write {"device", "date", "command", "rows", **extra} as JSON, atomically (temp file + rename)."""
+    device = device_info() if device is None else device
+    result = {"device": device, "date": device.get("date", utc_now()), "command": command, **extra,
+              "rows": rows}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp",
+                                     delete=False) as handle:
+        json.dump(_plain(result), handle, indent=1, allow_nan=False)
+        handle.write("\n")
+    os.replace(handle.name, path)
+    return result
+
+
+def read_result(path) -> dict:
+    with open(path) as handle:
+        result = json.load(handle)
+    missing = {"device", "date", "command", "rows"} - set(result)
+    if missing:
+        raise ValueError(f"{path}: not a result file (missing {sorted(missing)})")
+    return result
+
+
+def _plain(value):
+    """JSON-safe copy: numpy scalars -> Python numbers, NaN/inf -> None (strict JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+@dataclass
+class Column:
+    key: str
+    title: str
+    format: str | Callable = "{}"  # a format string or a function of the value; None/NaN print as "-"
+    align: str = "right"
+
+
+def three_digits(value: float) -> str:
+    """0.472, 2.38, 14.1, 1,145: enough digits to compare stages across three orders of magnitude."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def format_cell(value, fmt) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    try:
+        return fmt(value) if callable(fmt) else fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def format_table(columns: list[Column], rows: list[dict], *, markdown: bool = False) -> str:
+    """Rows of dicts -> an aligned text table (terminal) or a Markdown table (docs)."""
+    cells = [[format_cell(row.get(c.key), c.format) for c in columns] for row in rows]
+    titles = [c.title for c in columns]
+    if markdown:
+        cells = [[cell.replace("|", "\\|") for cell in row] for row in cells]
+        lines = ["| " + " | ".join(titles) + " |",
+                 "|" + "|".join("---:" if c.align == "right" else ":---" for c in columns) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in cells]
+        return "\n".join(lines)
+    widths = [max(len(t), *(len(r[i]) for r in cells)) if cells else len(t) for i, t in enumerate(titles)]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if c.align == "right" else v.ljust(w)
+                         for v, w, c in zip(values, widths, columns)).rstrip()
+
+    return "\n".join([line(titles), line(["-" * w for w in widths]), *map(line, cells)])

@@ -1,0 +1,530 @@
+"""The benchmark harness: the ladder and inspect commands, result files, docs rendering, the kernel timer."""
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lessons
+from gemm import bench
+from gemm.fp8 import BF16, random_problem, reference_gemm
+from gemm.testing import Column, choose_pairs, device_info, format_table, read_result, write_result
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(args, timeout=120, **env):
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _render_docs_module():
+    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "tools" / "render_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ------------------------------------------------------------------------------------- ladder, no GPU
+
+def test_ladder_cli_without_gpu_runs_and_says_timings_need_a_gpu():
+    result = _run(["-m", "lessons", "ladder", "--sim-shape", "16,24,128"], NUMBA_ENABLE_CUDASIM="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Timings need a GPU" in result.stdout
+    for number in set(lessons.available_stages()) & set(lessons.GEMM_STAGES):
+        assert f"{number:02d} " in result.stdout, f"stage {number} missing from the table:\n{result.stdout}"
+
+
+def _fake_stage(kind, gemm, name):
+    module = types.ModuleType(f"lessons.{name}")
+    module.IDEA, module.KIND, module.gemm = f"fake {name}", kind, gemm
+    return module
+
+
+def _host_gemm(a, sa, b, sb, d, stream=None):
+    """What a correct stage computes, done on the host through the simulator's arrays."""
+    ref = reference_gemm(a.copy_to_host(), sa.copy_to_host(), b.copy_to_host(), sb.copy_to_host())
+    d.copy_to_device(ref.astype(np.float32).astype(BF16).view(np.uint16))
+
+
+def _forgets_last_row(a, sa, b, sb, d, stream=None):
+    bits = np.zeros(d.shape, np.uint16)
+    bits[-1] = 0x7FC0
+    d.copy_to_device(bits)
+
+
+def _raises(a, sa, b, sb, d, stream=None):
+    raise ValueError("this stage is broken")
+
+
+def test_ladder_without_gpu_reports_each_stage_and_goes_on(monkeypatch, capsys):
+    from lessons import ladder
+    fakes = {91: ("91_fake_ok", _host_gemm), 92: ("92_fake_broken", _raises), 93: ("93_fake_lazy", _forgets_last_row)}
+    for number, (name, gemm) in fakes.items():
+        monkeypatch.setitem(lessons.STAGES, number, name)
+        monkeypatch.setitem(sys.modules, f"lessons.{name}", _fake_stage("numba", gemm, name))
+    monkeypatch.setitem(lessons.STAGES, 94, "94_fake_missing")  # no module: an import failure
+    assert ladder.run_without_gpu([91, 92, 93, 94], sim_shape=(33, 40, 256), ptx_shape=(64, 64, 128)) == 0
+    out = capsys.readouterr().out
+    lines = {}
+    for line in out.splitlines():  # the table row comes first, error details after the table
+        if line[:3] in ("91 ", "92 ", "93 ", "94 "):
+            lines.setdefault(line[:2], line)
+    assert "ok (simulator" in lines["91"], out
+    assert "failed" in lines["92"] and "this stage is broken" in out
+    assert "WRONG" in lines["93"]
+    assert "failed (import)" in lines["94"]
+
+
+# ----------------------------------------------------------------------------------------------- inspect
+
+def _ptx_stages():
+    found = []
+    for number in lessons.available_stages():
+        try:
+            module = lessons.stage(number)
+        except Exception:
+            continue
+        if hasattr(module, "generate") and number in lessons.GEMM_STAGES:
+            found.append(number)
+    return found
+
+
+def test_inspect_cli_on_a_ptx_stage_without_gpu():
+    if importlib.util.find_spec("ptx.sass") is None:
+        pytest.skip("ptx/sass.py (the toolchain helper's SASS listing) is not in this checkout yet")
+    stages = _ptx_stages()
+    if not stages:
+        pytest.skip("no PTX GEMM stage (lessons/04_* and later) in this checkout yet")
+    result = _run(["-m", "lessons", "inspect", str(stages[-1])], NUMBA_ENABLE_CUDASIM="1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "registers" in result.stdout and "SASS:" in result.stdout and "FFMA" in result.stdout
+
+
+def test_inspect_counts_opcodes_of_a_small_ptx_kernel(monkeypatch, capsys):
+    if importlib.util.find_spec("ptx.sass") is None:
+        pytest.skip("ptx/sass.py (the toolchain helper's SASS listing) is not in this checkout yet")
+    from lessons.inspect_stage import inspect
+
+    def generate(m, n, k):  # one FMA per thread: enough to see FFMA and STG in the listing
+        return f"""
+.version 8.5
+.target sm_90a
+.address_size 64
+.visible .entry fake_fma(.param .u64 out)
+{{
+  .reg .f32 %f<4>; .reg .b64 %rd<4>; .reg .b32 %r<2>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd2, %rd1;
+  mov.u32 %r1, %tid.x;
+  cvt.rn.f32.u32 %f1, %r1;
+  fma.rn.f32 %f2, %f1, {m}.0, {n}.0;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd2, %rd2, %rd3;
+  st.global.f32 [%rd2], %f2;
+  ret;
+}}"""
+
+    module = _fake_stage("ptx", None, "95_fake_ptx")
+    module.generate = generate
+    monkeypatch.setitem(lessons.STAGES, 95, "95_fake_ptx")
+    monkeypatch.setitem(sys.modules, "lessons.95_fake_ptx", module)
+    assert inspect(95, 3, 5, 128) == 0
+    out = capsys.readouterr().out
+    assert "kernel fake_fma" in out and "registers" in out
+    assert "FFMA 1" in out and "STG 1" in out
+
+
+def test_inspect_a_numba_stage_without_gpu_says_what_needs_a_gpu(monkeypatch, capsys):
+    from lessons.inspect_stage import inspect
+    monkeypatch.setitem(lessons.STAGES, 96, "96_fake_numba")
+    monkeypatch.setitem(sys.modules, "lessons.96_fake_numba", _fake_stage("numba", _host_gemm, "96_fake_numba"))
+    assert inspect(96, 64, 64, 128) == 0
+    assert "Numba stage" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------ result files
+
+def test_result_file_round_trip_is_strict_json_and_atomic(tmp_path):
+    rows = [{"stage": 1, "time_us": np.float64(12.5), "diff": float("nan"), "pairs": np.int64(3)}]
+    device = {"gpu": False, "date": "2026-11-22T00:00:00+00:00"}
+    path = tmp_path / "sub" / "ladder.json"
+    write_result(path, command="python -m lessons ladder", rows=rows, device=device, shape={"m": 1})
+    assert [p.name for p in path.parent.iterdir()] == ["ladder.json"]  # no temp file left behind
+    json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    result = read_result(path)
+    assert result["rows"] == [{"stage": 1, "time_us": 12.5, "diff": None, "pairs": 3}]
+    assert result["date"] == device["date"] and result["shape"] == {"m": 1}
+    assert result["command"] == "python -m lessons ladder"
+
+
+def test_read_result_rejects_other_json(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"rows": []}')
+    with pytest.raises(ValueError, match="not a result file"):
+        read_result(path)
+
+
+def test_device_info_without_gpu_is_json_and_hostname_free():
+    info = device_info()
+    assert {"gpu", "date", "packages", "python"} <= set(info)
+    assert info["packages"]["numba-cuda"]
+    text = json.dumps(info)
+    assert os.uname().nodename not in text
+
+
+# ------------------------------------------------------------------------------------------------ tables
+
+def test_format_table_aligns_and_marks_missing_values():
+    columns = [Column("name", "name", align="left"), Column("t", "time (us)", "{:.1f}")]
+    rows = [{"name": "naive", "t": 1234.56}, {"name": "tiled", "t": float("nan")}, {"name": "x"}]
+    text = format_table(columns, rows).splitlines()
+    assert text[0].split() == ["name", "time", "(us)"]
+    assert text[2].endswith("1234.6") and text[3].endswith("-") and text[4].endswith("-")
+    assert len({len(line) for line in text[:3]}) == 1
+    markdown = format_table(columns, rows, markdown=True).splitlines()
+    assert markdown[0] == "| name | time (us) |" and markdown[1] == "|:---|---:|"
+    assert markdown[2] == "| naive | 1234.6 |"
+
+
+def test_bench_table_and_shapes():
+    assert len(bench.DEEPSEEK_SHAPES) == 18 and (64, 2112, 7168) in bench.DEEPSEEK_SHAPES
+    assert bench.parse_shapes("64,2112,7168; 128x7168x2048") == [(64, 2112, 7168), (128, 7168, 2048)]
+    with pytest.raises(Exception, match="M,N,K"):
+        bench.parse_shapes("64,2112")
+    rows = [{"m": 64, "n": 2112, "k": 7168, "ours_us": 20.0, "ours_tflops": 97.0, "ours_gbps": 800.0,
+             "peer_tflops": 88.0, "ratio": 1.1, "diff": 2e-6, "status": "ok"},
+            {"m": 128, "n": 2112, "k": 7168, "status": "failed"}]
+    text = format_table(bench.COLUMNS, rows)
+    assert "1.10x" in text and "2.0e-06" in text and "failed" in text
+
+
+def test_choose_pairs_stays_in_bounds():
+    assert choose_pairs(1.0, 1e-4) == 3  # a one-second stage-01 call: few pairs
+    assert choose_pairs(10e-6, 90e-6) == 50
+    assert 3 < choose_pairs(2e-3, 1e-4) < 50
+
+
+# ------------------------------------------------------------------------------------------ output check
+
+def test_reference_rows_sample_edges_and_check_output_catches_nan(rng):
+    a, sa, b, sb = random_problem(700, 40, 256, rng)
+    reference = bench.reference_rows(a, sa, b, sb, rng, max_rows=64)
+    assert reference.sampled and len(reference.rows) == 64 and {0, 699} <= set(reference.rows.tolist())
+    full = reference_gemm(a, sa, b, sb)
+    bits = full.astype(np.float32).astype(BF16).view(np.uint16)
+    check = bench.check_output(bits, reference)
+    assert check["correct"] and check["unwritten"] == 0 and check["diff"] < 1e-4
+    bits = bits.copy()
+    bits[350, 7] = bench.BF16_NAN_BITS
+    check = bench.check_output(bits, reference)
+    assert not check["correct"] and check["unwritten"] == 1 and math.isnan(check["diff"])
+
+
+# ------------------------------------------------------------------------------------------------- docs
+
+def _fake_results(folder: Path):
+    device = {"gpu": True, "date": "2026-11-22T12:00:00+00:00", "name": "NVIDIA H100 80GB HBM3", "sm_count": 132,
+              "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "driver_version": "580.159.04", "cuda_runtime": "13.0",
+              "packages": {"torch": "2.11.0", "numba-cuda": "0.30.4"}}
+    ladder_rows = [{"stage": 1, "label": "01 naive", "idea": "one thread per output", "time_us": 512345.0,
+                    "tflops": 0.47, "gbps": 0.2, "diff": 1e-6, "status": "ok"},
+                   {"stage": 2, "label": "02 smem_tiling", "idea": "tiles in shared memory", "time_us": 101000.0,
+                    "tflops": 2.38, "gbps": 1.0, "speedup": 5.07, "diff": 1e-6, "status": "ok"},
+                   {"stage": None, "label": "cuBLAS", "kind": "peer", "idea": "torch._scaled_mm", "time_us": 210.0,
+                    "tflops": 1145.0, "gbps": 500.0, "diff": 1e-6, "status": "ok"}]
+    write_result(folder / "ladder.json", command="python -m lessons ladder", rows=ladder_rows, device=device,
+                 shape={"m": 4096, "n": 4096, "k": 7168})
+    write_result(folder / "gemm_bench.json", command="python -m gemm.bench", device=device,
+                 rows=[{"m": 64, "n": 2112, "k": 7168, "ours_us": 20.0, "ours_tflops": 97.0, "ours_gbps": 800.0,
+                        "peer_tflops": 88.0, "ratio": 1.1, "diff": 2e-6, "status": "ok"}])
+    (folder / "ladder.png").write_bytes(b"\x89PNG fake")
+
+
+def test_render_docs_fills_the_marked_blocks_from_json(tmp_path):
+    render_docs = _render_docs_module()
+    docs, results = tmp_path / "docs", tmp_path / "results"
+    docs.mkdir()
+    results.mkdir()
+    for name in ("ladder.md", "benchmarks.md"):
+        (docs / name).write_text((ROOT / "docs" / name).read_text())
+    _fake_results(results)
+    args = ["--results", str(results), "--docs", str(docs)]
+    assert render_docs.main([*args, "--check"]) == 1  # placeholders differ from the results
+    assert render_docs.main(args) == 0
+    assert render_docs.main([*args, "--check"]) == 0
+    ladder = (docs / "ladder.md").read_text()
+    block = ladder.split("<!-- ladder_results -->")[1].split("<!-- /ladder_results -->")[0]
+    assert "| 02 smem_tiling | tiles in shared memory | 101,000.0 | 2.38 | 1 | 5.07x |" in block
+    assert "| cuBLAS | torch._scaled_mm | 210.0 | 1,145 | 500 |" in block
+    assert "5.07x" in block and "NVIDIA H100" in block and "![TFLOP/s per stage](../results/ladder.png)" in block
+    assert ladder.startswith("# The ladder")  # text outside the markers untouched
+    bench_doc = (docs / "benchmarks.md").read_text()
+    assert "| 64 | 2112 | 7168 | 20.0 | 97 | 800 | 88 | 1.10x |" in bench_doc
+
+
+def test_committed_docs_match_committed_results():
+    render_docs = _render_docs_module()
+    assert render_docs.main(["--check"]) == 0, "run `python tools/render_docs.py` and commit docs/"
+
+
+def test_replace_block_needs_both_markers():
+    render_docs = _render_docs_module()
+    with pytest.raises(ValueError, match="markers"):
+        render_docs.replace_block("no markers here", "ladder_results", "x")
+
+
+def test_bench_chart_is_drawn(tmp_path):
+    rows = [{"m": 64, "n": 2112, "k": 7168, "ours_tflops": 90.0, "peer_tflops": 88.0},
+            {"m": 128, "n": 2112, "k": 7168, "status": "failed"}]
+    bench.plot_bench(rows, tmp_path / "bench.png", title="test")
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_ladder_chart_is_drawn(tmp_path):
+    from lessons.ladder import plot_ladder
+    rows = [{"label": "01 naive", "tflops": 0.5}, {"label": "02 smem", "tflops": 3.0},
+            {"label": "cuBLAS", "kind": "peer", "tflops": 1100.0}, {"label": "03 broken", "status": "failed"}]
+    plot_ladder(rows, tmp_path / "ladder.png", title="test")
+    assert (tmp_path / "ladder.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ------------------------------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_bench_kernel_times_a_numba_kernel_stably():
+    from numba import cuda
+
+    from gemm.testing import bench_kernel
+
+    @cuda.jit
+    def fill(out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = i
+
+    out = cuda.device_array(64 << 20 >> 2, dtype=np.float32)  # 64 MiB written per call
+    blocks = (out.size + 255) // 256
+
+    def launch(stream):
+        fill[blocks, 256, cuda.external_stream(stream)](out)
+
+    first, second = bench_kernel(launch), bench_kernel(launch)
+    for timing in (first, second):
+        assert 3 <= timing.pairs <= 50 and len(timing.samples_us) == 5
+        assert 0 < timing.min_us <= timing.median_us
+        assert timing.median_us < 1000, "64 MiB at >0.1 TB/s: anything slower is not the kernel"
+    assert abs(first.median_us - second.median_us) / first.median_us < 0.25, (first, second)
+    assert (out.copy_to_host()[:5] == np.arange(5)).all()
+
+
+@pytest.mark.gpu
+def test_bench_kernel_reports_a_launch_that_cannot_be_captured():
+    from numba import cuda
+
+    from gemm.testing import bench_kernel, timing_stream
+
+    @cuda.jit
+    def noop(out):
+        out[0] = 1
+
+    out = cuda.device_array(1, dtype=np.float32)
+
+    def launch_and_copy_back(stream):  # a device-to-host copy is illegal inside a capture
+        noop[1, 1, cuda.external_stream(stream)](out)
+        out.copy_to_host(stream=cuda.external_stream(stream))
+
+    with pytest.raises(Exception):
+        bench_kernel(launch_and_copy_back)
+    bench_kernel(lambda s: noop[1, 1, cuda.external_stream(s)](out))  # the timing stream is still usable
+    assert timing_stream()
+
+
+@pytest.mark.gpu
+def test_cublas_peer_is_correct_and_timed(rng):
+    if not bench.torch_available():
+        pytest.skip("needs torch with CUDA")
+    a, sa, b, sb = random_problem(128, 2112, 7168, rng)
+    row = bench.time_peer(a, sa, b, sb, bench.reference_rows(a, sa, b, sb, rng))
+    assert "peer_error" not in row, row
+    assert row["peer_correct"] and row["peer_us"] > 0 and row["peer_tflops"] > 10, row
+
+
+@pytest.mark.gpu
+def test_ladder_on_gpu_writes_json_and_png(tmp_path):
+    stages = [s for s in lessons.available_stages() if s in lessons.GEMM_STAGES]
+    if not stages:
+        pytest.skip("no GEMM stage in this checkout yet")
+    result = _run(["-m", "lessons", "ladder", "--m", "256", "--n", "384", "--k", "512", "--out", str(tmp_path)],
+                  timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ladder = read_result(tmp_path / "ladder.json")
+    assert [r["stage"] for r in ladder["rows"] if r.get("kind") != "peer"] == stages
+    assert all(r["time_us"] > 0 for r in ladder["rows"]), ladder["rows"]
+    assert (tmp_path / "ladder.png").exists() and ladder["device"]["sm_count"] > 0
+
+
+# ----------------------------------------------- the GPU code paths, with a fake timer and simulator arrays
+
+def _fake_timer(launch):
+    from gemm.testing import Timing
+    launch(0)
+    return Timing(median_us=100.0, min_us=95.0, samples_us=[100.0, 95.0, 105.0], pairs=3, flush_us=90.0)
+
+
+def test_ladder_gpu_path_with_fake_timer_writes_json_and_png(monkeypatch, tmp_path):
+    from lessons import ladder
+    for number, name, gemm in ((91, "91_fake_ok", _host_gemm), (92, "92_fake_broken", _raises),
+                               (93, "93_fake_ok_again", _host_gemm)):
+        monkeypatch.setitem(lessons.STAGES, number, name)
+        monkeypatch.setitem(sys.modules, f"lessons.{name}", _fake_stage("numba", gemm, name))
+    monkeypatch.setattr(ladder, "bench_kernel", _fake_timer)
+    monkeypatch.setattr(ladder, "device_info", lambda: {"gpu": True, "date": "2026-11-22T00:00:00+00:00"})
+    assert ladder.run_on_gpu((40, 136, 256), [91, 92, 93], with_peer=False, out_dir=tmp_path) == 1  # 92 failed
+    result = read_result(tmp_path / "ladder.json")
+    rows = {r["stage"]: r for r in result["rows"]}
+    assert rows[91]["status"] == "ok" and rows[91]["diff"] < 1e-4 and rows[91]["time_us"] == 100.0
+    assert rows[92]["status"] == "failed" and "broken" in rows[92]["error"] and "traceback" not in rows[92]
+    assert rows[93]["speedup"] == 1.0  # vs stage 91: the last stage that was timed
+    assert result["shape"] == {"m": 40, "n": 136, "k": 256}
+    assert (tmp_path / "ladder.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_row_with_fake_gemm_on_cpu_torch(rng):
+    torch = pytest.importorskip("torch")
+
+    def host_gemm(lhs, rhs, out, stream=None):
+        (a, sa), (b, sb) = lhs, rhs
+        assert sa.stride() == (1, 4 * ((a.shape[0] + 3) // 4)), "sa must arrive M-major, M padded to 4"
+        ref = reference_gemm(a.view(torch.uint8).numpy(), sa.numpy(), b.view(torch.uint8).numpy(), sb.numpy())
+        out.copy_(torch.from_numpy(ref.astype(np.float32)).to(torch.bfloat16))
+
+    row = bench.measure_shape(66, 130, 256, rng, with_peer=False, gemm=host_gemm, device="cpu", timer=_fake_timer)
+    assert row["status"] == "ok", row
+    assert row["ours_us"] == 100.0 and row["diff"] < 1e-4 and row["unwritten"] == 0
+    assert row["ours_tflops"] == pytest.approx(2 * 66 * 130 * 256 / 100e-6 / 1e12)
+
+
+def test_cublas_scale_layouts_match_torch_rules():
+    pytest.importorskip("torch")
+    sa = np.arange(6 * 3, dtype=np.float32).reshape(6, 3)
+    scale_a = bench._torch_m_major(sa, "cpu", 6)  # torch wants (M, K/128) with strides exactly (1, M)
+    assert tuple(scale_a.shape) == (6, 3) and scale_a.stride() == (1, 6) and (scale_a.numpy() == sa).all()
+    sb = np.arange(2 * 3, dtype=np.float32).reshape(2, 3)  # (N/128, K/128)
+    scale_b = bench._torch_m_major(sb.T, "cpu", 4)  # (K/128, N/128) column-major, leading dim padded to 4
+    assert tuple(scale_b.shape) == (3, 2) and scale_b.stride() == (1, 4) and (scale_b.numpy() == sb.T).all()
+
+
+@pytest.mark.gpu
+def test_inspect_a_numba_stage_on_gpu_shows_registers():
+    numba_stages = [s for s in lessons.available_stages() if s in lessons.GEMM_STAGES
+                    and getattr(lessons.stage(s), "KIND", None) == "numba"]
+    if not numba_stages:
+        pytest.skip("no Numba stage in this checkout yet")
+    result = _run(["-m", "lessons", "inspect", str(numba_stages[0])], timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "registers" in result.stdout, result.stdout
+
+
+# ------------------------------------------------ the timer's bookkeeping, against a simulated driver
+
+class _SimulatedDriver:
+    """Just enough of cuda.bindings.driver for bench_kernel: one stream, a clock in microseconds that work
+    advances, events that read the clock, and stream capture that records work instead of doing it."""
+
+    class CUresult:
+        CUDA_SUCCESS = 0
+
+    class CUstreamCaptureMode:
+        CU_STREAM_CAPTURE_MODE_RELAXED = 2
+
+    class CUevent_flags:
+        CU_EVENT_DEFAULT = 0
+
+    class CUstream_flags:
+        CU_STREAM_NON_BLOCKING = 1
+
+    FLUSH_US, GRAPH_LAUNCH_US = 90.0, 3.0
+
+    def __init__(self):
+        self.clock, self.capture, self.events, self.graphs, self.handles = 0.0, None, {}, {}, 100
+
+    def work(self, microseconds):
+        if self.capture is not None:
+            self.capture.append(microseconds)
+        else:
+            self.clock += microseconds
+
+    def _new(self):
+        self.handles += 1
+        return self.handles
+
+    def cuInit(self, flags): return (0,)
+    def cuCtxGetCurrent(self): return (0, 1)
+    def cuStreamCreate(self, flags): return (0, self._new())
+    def cuMemAlloc(self, size): return (0, 4096)
+    def cuMemsetD32Async(self, ptr, value, count, stream): self.work(self.FLUSH_US); return (0,)
+    def cuStreamSynchronize(self, stream): return (0,)
+    def cuEventCreate(self, flags): return (0, self._new())
+    def cuEventRecord(self, event, stream): self.events[event] = self.clock; return (0,)
+    def cuEventSynchronize(self, event): return (0,)
+    def cuEventElapsedTime(self, start, end): return (0, (self.events[end] - self.events[start]) / 1e3)
+    def cuEventDestroy(self, event): return (0,)
+    def cuStreamBeginCapture(self, stream, mode): self.capture = []; return (0,)
+    def cuGraphInstantiate(self, graph, flags): return (0, graph)
+    def cuGraphDestroy(self, graph): return (0,)
+    def cuGraphExecDestroy(self, graph): return (0,)
+    def cuGraphLaunch(self, graph, stream): self.clock += sum(self.graphs[graph]) + self.GRAPH_LAUNCH_US; return (0,)
+
+    def cuStreamEndCapture(self, stream):
+        graph = self._new()
+        self.graphs[graph], self.capture = self.capture, None
+        return (0, graph)
+
+
+@pytest.fixture
+def simulated_driver(monkeypatch):
+    from gemm import testing
+    driver = _SimulatedDriver()
+    monkeypatch.setattr(testing, "_driver", lambda: driver)
+    monkeypatch.setattr(testing, "_timing_stream", None)
+    monkeypatch.setattr(testing, "_flush_buffers", {})
+    return driver
+
+
+@pytest.mark.parametrize("kernel_us, expected_pairs", [(40.0, 50), (1e6, 3), (3910.0, 25)])
+def test_bench_kernel_subtracts_flushes_and_picks_pairs(simulated_driver, kernel_us, expected_pairs):
+    from gemm.testing import MAX_PAIRS, bench_kernel
+    calls_outside_capture = []
+
+    def launch(stream):
+        if simulated_driver.capture is None:
+            calls_outside_capture.append(stream)
+        simulated_driver.work(kernel_us)
+
+    timing = bench_kernel(launch)
+    assert timing.median_us == pytest.approx(kernel_us) and timing.min_us == pytest.approx(kernel_us)
+    assert timing.pairs == min(expected_pairs, MAX_PAIRS) and len(timing.samples_us) == 5
+    assert timing.flush_us == pytest.approx(simulated_driver.FLUSH_US + simulated_driver.GRAPH_LAUNCH_US / timing.pairs)
+    assert len(calls_outside_capture) >= 1, "the first call must happen before any capture"
+
+
+def test_bench_kernel_ends_the_capture_when_the_launch_fails(simulated_driver):
+    from gemm.testing import bench_kernel
+    calls = []
+
+    def launch(stream):
+        calls.append(simulated_driver.capture is not None)
+        if simulated_driver.capture is not None:
+            raise RuntimeError("cannot be captured")
+
+    with pytest.raises(RuntimeError, match="cannot be captured"):
+        bench_kernel(launch)
+    assert simulated_driver.capture is None and calls[0] is False

@@ -1,0 +1,110 @@
+"""Regenerate the results tables in docs/ from the committed result files (tables are never typed by hand).
+
+    python tools/render_docs.py            # rewrite the blocks between the markers
+    python tools/render_docs.py --check    # exit 1 if a doc is out of date with results/
+
+Each block sits between ``<!-- NAME -->`` and ``<!-- /NAME -->`` in a Markdown file; everything outside
+the markers is left alone. The table columns are the ones the benchmark commands print.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere
+
+from gemm.testing import format_table, read_result  # noqa: E402
+
+
+def replace_block(text: str, name: str, content: str) -> str:
+    """Replace what lies between <!-- name --> and <!-- /name --> (markers kept)."""
+    pattern = re.compile(rf"(<!-- {re.escape(name)} -->\n).*?(<!-- /{re.escape(name)} -->)", re.DOTALL)
+    if not pattern.search(text):
+        raise ValueError(f"markers <!-- {name} --> ... <!-- /{name} --> not found")
+    return pattern.sub(lambda match: match.group(1) + content.rstrip("\n") + "\n" + match.group(2), text, count=1)
+
+
+def describe_device(result: dict) -> str:
+    device = result["device"]
+    packages = device.get("packages", {})
+    clocks = ""
+    if device.get("sm_clock_max_mhz"):
+        clocks = f", SM clock {device.get('sm_clock_mhz', '?')}/{device['sm_clock_max_mhz']} MHz (now/max)"
+    software = ", ".join(f"{name} {packages[name]}" for name in ("torch", "numba-cuda", "cuda-bindings")
+                         if packages.get(name))
+    return (f"Measured on {device.get('name', 'unknown GPU')} ({device.get('sm_count', '?')} SMs{clocks}), "
+            f"driver {device.get('driver_version', '?')}, CUDA runtime {device.get('cuda_runtime', '?')}, "
+            f"nvJitLink {device.get('nvjitlink', '?')}, "
+            f"{software}; {result['date']}.\nCommand: `{result['command']}`.")
+
+
+def ladder_block(result: dict, png: Path | None, doc_dir: Path) -> str:
+    from lessons.ladder import COLUMNS
+    shape = result.get("shape", {})
+    lines = [f"M={shape.get('m')}, N={shape.get('n')}, K={shape.get('k')}. "
+             f"{describe_device(result)}", "", format_table(COLUMNS, result["rows"], markdown=True)]
+    if png is not None and png.exists():
+        lines += ["", f"![TFLOP/s per stage]({_relative(png, doc_dir)})"]
+    return "\n".join(lines)
+
+
+def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
+    from gemm.bench import COLUMNS
+    lines = [describe_device(result), "", format_table(COLUMNS, result["rows"], markdown=True)]
+    if png is not None and png.exists():
+        lines += ["", f"![fp8_gemm_nt vs cuBLAS, TFLOP/s per shape]({_relative(png, doc_dir)})"]
+    return "\n".join(lines)
+
+
+def _relative(path: Path, start: Path) -> str:
+    import os
+    return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
+
+
+def _missing(command: str, name: str) -> str:
+    return (f"_No result yet: run `{command}` on a Hopper GPU, commit `results/{name}`, "
+            "then `python tools/render_docs.py`._")
+
+
+def render(results: Path, docs: Path) -> dict[Path, str]:
+    """The new text of every doc in ``docs`` that holds a results block."""
+    ladder_json, bench_json = results / "ladder.json", results / "gemm_bench.json"
+    blocks = {
+        "ladder_results": ladder_block(read_result(ladder_json), results / "ladder.png", docs)
+        if ladder_json.exists() else _missing("python -m lessons ladder", "ladder.json"),
+        "gemm_bench_results": bench_block(read_result(bench_json), results / "gemm_bench.png", docs)
+        if bench_json.exists() else _missing("python -m gemm.bench", "gemm_bench.json"),
+    }
+    rendered = {}
+    for doc in sorted(docs.glob("*.md")):
+        text = original = doc.read_text()
+        for name, content in blocks.items():
+            if f"<!-- {name} -->" in text:
+                text = replace_block(text, name, content)
+        if text is not original:
+            rendered[doc] = text
+    return rendered
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--results", type=Path, default=ROOT / "results")
+    parser.add_argument("--docs", type=Path, default=ROOT / "docs")
+    parser.add_argument("--check", action="store_true", help="only report docs that are out of date")
+    args = parser.parse_args(argv)
+    stale = []
+    for doc, text in render(args.results, args.docs).items():
+        if doc.read_text() != text:
+            stale.append(doc)
+            if not args.check:
+                doc.write_text(text)
+    verb = "out of date" if args.check else "updated"
+    print(f"{verb}: {', '.join(map(str, stale))}" if stale else "docs up to date")
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
