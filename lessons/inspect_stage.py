@@ -63,11 +63,11 @@ def numba_report(module) -> dict:
         if not hasattr(kernel, "get_regs_per_thread"):  # the simulator compiles nothing
             report["kernels"][name] = None
             continue
-        for signature in list(getattr(kernel, "overloads", {})):
+        for signature, compiled in list(getattr(kernel, "overloads", {}).items()):
             report["kernels"][f"{name}{tuple(str(t) for t in signature)}"] = {
-                "registers": kernel.get_regs_per_thread(signature),
-                "shared_bytes": kernel.get_shared_mem_per_block(signature),
-                "local_bytes": kernel.get_local_mem_per_thread(signature),
+                "registers": compiled.regs_per_thread,
+                "shared_bytes": compiled.shared_mem_per_block,
+                "local_bytes": compiled.local_mem_per_thread,
             }
     return report
 

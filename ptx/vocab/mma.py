@@ -1,9 +1,10 @@
 """Warp-level tensor-core idioms: mma.sync m16n8k32 on e4m3, ldmatrix, cp.async, and the index math behind them.
 
-Two kinds of helpers live here. The PTX ones return one instruction's text. The pure-Python ones describe
-*which matrix element sits where* (fragment layouts, ldmatrix lane roles, the shared-memory swizzle); the
-generator uses them to derive its address arithmetic, and the tests check them against the PTX ISA tables
-and against each other (ldmatrix composed with our addressing must yield exactly the mma fragment).
+Two kinds of helpers live here (ids, parameters, barriers and BF16 conversion are in ptx.vocab.core).
+The PTX ones return one instruction's text. The pure-Python ones describe *which matrix element sits
+where* (fragment layouts, ldmatrix lane roles, the shared-memory swizzle); the tests check them against
+the PTX ISA tables, against each other (ldmatrix composed with our addressing must yield exactly the mma
+fragment) and against the generator's address math.
 
 Layout facts used throughout (PTX ISA "Matrix Fragments for mma.m16n8k32", 8-bit types), with
 ``g = lane // 4`` (groupID) and ``t = lane % 4`` (threadID_in_group); every .b32 register holds four
@@ -115,11 +116,6 @@ def cp_async_wait(pending: int) -> str:
     return f"cp.async.wait_group {pending};"
 
 
-# PTX ISA "Parallel synchronization: bar.sync": all threads of the CTA; orders their shared-memory accesses.
-def bar_sync(barrier: int = 0) -> str:
-    return f"bar.sync {barrier};"
-
-
 # PTX ISA "Shared memory state space" + "mov": the 32-bit shared-window address of a .shared symbol.
 def shared_address_of(dest: str, symbol: str) -> str:
     return f"mov.u32 {dest}, {symbol};"
@@ -135,14 +131,11 @@ def promote(total: str, partial: str, scale: str) -> str:
     return f"fma.rn.f32 {total}, {partial}, {scale}, {total};"
 
 
-# PTX ISA "cvt" (.bf16x2.f32: the first source goes to the upper half, so pass the higher column first).
-def cvt_bf16x2(dest: str, high: str, low: str) -> str:
-    return f"cvt.rn.bf16x2.f32 {dest}, {high}, {low};"
 
 
 __all__ = [
     "a_fragment_coords", "b_fragment_coords", "c_fragment_coords", "ldmatrix_x4_address_role",
     "ldmatrix_received", "a_ldmatrix_source", "b_ldmatrix_source", "swizzled_offset", "ROW_BYTES", "CHUNK_BYTES",
-    "mma_m16n8k32_e4m3", "ldmatrix_x4", "cp_async_16", "cp_async_commit", "cp_async_wait", "bar_sync",
-    "shared_address_of", "dynamic_shared_declaration", "promote", "cvt_bf16x2",
+    "mma_m16n8k32_e4m3", "ldmatrix_x4", "cp_async_16", "cp_async_commit", "cp_async_wait",
+    "shared_address_of", "dynamic_shared_declaration", "promote",
 ]

@@ -1,0 +1,373 @@
+"""Stage 04 — tensor cores: one ``mma.sync`` instruction does a 16x8x32 e4m3 product for a whole warp.
+
+Stage 03 (Numba, register tiling) computed D on the CUDA cores: each thread a small register patch of FFMAs,
+every e4m3 byte decoded in software. Here the multiply-accumulate leaves the CUDA cores: 32 threads hand
+the tensor core a 16x32 slice of A and a 32x8 slice of B (bytes, as they are in memory) and get a 16x8 FP32
+product back, 8192 flops per instruction. What changes to feed it:
+
+* the kernel is raw PTX written by Python (shapes, block sizes and loop bounds baked into the text, inner
+  loops unrolled by Python), assembled by nvJitLink, launched with cuda-python;
+* tiles travel global -> shared with ``cp.async`` (16 bytes per thread, no registers in between) in a
+  3-stage ring, so the next K blocks load while this one computes;
+* ``ldmatrix`` pulls each warp's fragments out of shared memory in the exact register layout mma.sync
+  wants. It knows only 16-bit elements, but that is enough: an 8x8 .b16 matrix is 8 rows of 16 bytes and
+  lane L receives bytes 4(L%4)..4(L%4)+3 of row L/4, which are exactly the four consecutive K bytes of
+  row g the e4m3 fragment holds. One ``.x4`` fills a whole A fragment (or two B fragments) where plain
+  ``ld.shared.b32`` would take four loads. The tile's 16-byte chunks are XOR-swizzled (chunk c of row r
+  sits at c ^ (r % 8)) so these reads, and the cp.async writes, are free of bank conflicts;
+* promotion is unchanged in spirit: each 128-wide K block's tensor-core sum is scaled by sA*sB and added
+  into a second set of FP32 registers with one FFMA per element.
+
+Block tile 128x128 (x 128 of K, one scale group), 8 warps as 2 (M) x 4 (N), each warp 64x32 = 4x4 mma tiles.
+Hopper has no FP8 ``mma.sync`` datapath: ptxas turns each m16n8k32 e4m3 mma into F2FP unpacks (e4m3 -> f16),
+two ``HMMA.16816.F32`` and one FADD per accumulator (see ``python -m lessons inspect 4``: per warp and K block
+128 HMMA, ~220 F2FP, 256 FADD, 64 FFMA). FP8 at full rate on Hopper needs the warpgroup instruction, wgmma
+(stage 05).
+
+Measured: (to be filled from results/ladder.json)
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from gemm.fp8 import ceil_div
+from ptx.builder import KernelBuilder, module
+from ptx.vocab import core as c
+from ptx.vocab import mma as v
+
+IDEA = "tensor cores: one mma.sync instruction does a 16x8x32 e4m3 product per warp"
+KIND = "ptx"
+KERNEL = "fp8_gemm_mma_sync"
+
+BLOCK_M = BLOCK_N = 128
+BLOCK_K = 128  # one scale group: promotion happens once per block
+WARPS_M, WARPS_N = 2, 4
+WARP_M, WARP_N = BLOCK_M // WARPS_M, BLOCK_N // WARPS_N  # 64 x 32 per warp
+M_TILES, N_TILES, K_STEPS = WARP_M // 16, WARP_N // 8, BLOCK_K // 32  # mma tiles per warp, k32 steps per block
+THREADS = 32 * WARPS_M * WARPS_N
+STAGES = 3
+TILE_BYTES = BLOCK_M * BLOCK_K  # e4m3: one byte per element; A and B tiles are both 128 rows of 128 bytes
+B_OFFSET = TILE_BYTES
+SA_OFFSET = 2 * TILE_BYTES  # the block's 128 activation scales of this K block
+STAGE_BYTES = 2 * TILE_BYTES + 4 * BLOCK_M
+SHARED_BYTES = STAGES * STAGE_BYTES
+LOAD_ROWS_PER_PASS = THREADS // 8  # 8 threads x 16 bytes cover one 128-byte row
+LOAD_PASSES = BLOCK_M // LOAD_ROWS_PER_PASS
+SMEM = "smem"
+
+
+# -- the address arithmetic the PTX performs, mirrored in Python for the tests ---------------------------
+def load_slot(tid: int, load_pass: int) -> tuple[int, int]:
+    """(tile row, 16-byte chunk) that thread ``tid`` copies with cp.async in pass ``load_pass``."""
+    return tid // 8 + LOAD_ROWS_PER_PASS * load_pass, tid % 8
+
+
+def load_shared_offset(tid: int, load_pass: int) -> int:
+    """Where that chunk lands: the PTX computes (tid//8)*128 + ((tid%8) ^ (tid//8 % 8))*16 + pass*4096."""
+    row, chunk = tid // 8, tid % 8
+    return row * 128 + ((chunk ^ (row % 8)) << 4) + load_pass * LOAD_ROWS_PER_PASS * 128
+
+
+def a_fragment_offset(warp_m: int, lane: int, m_tile: int, k_step: int) -> int:
+    """Byte offset in the A tile that ``lane`` gives ldmatrix for (m_tile, k_step), as the PTX computes it."""
+    row = warp_m * WARP_M + (lane & 15)
+    return row * 128 + ((((lane >> 4) ^ (lane & 7)) ^ (2 * k_step)) << 4) + m_tile * 16 * 128
+
+
+def b_fragment_offset(warp_n: int, lane: int, n_pair: int, k_step: int) -> int:
+    """Byte offset in the B tile that ``lane`` gives ldmatrix for n tiles (2*n_pair, 2*n_pair+1) at k_step."""
+    row = warp_n * WARP_N + ((lane >> 4) & 1) * 8 + (lane & 7)
+    return row * 128 + (((((lane >> 3) & 1) ^ (lane & 7)) ^ (2 * k_step)) << 4) + n_pair * 16 * 128
+
+
+# -- the generator ---------------------------------------------------------------------------------------
+class _Gen:
+    """Emits the kernel for one (M, N, K) into a KernelBuilder; one method per phase."""
+
+    def __init__(self, m: int, n: int, k: int):
+        self.m, self.n, self.k, self.kb = m, n, k, k // BLOCK_K
+        self.ragged_m, self.ragged_n = m % BLOCK_M != 0, n % BLOCK_N != 0
+        self.b = KernelBuilder(KERNEL, params=[("u64", "a"), ("u64", "sa"), ("u64", "b"), ("u64", "sb"),
+                                               ("u64", "d"), ("u32", "sa_stride")],
+                               max_threads=THREADS, min_blocks_per_sm=1)
+
+    def r(self, t="u32", hint=None):
+        return self.b.reg(t, hint)
+
+    def emit(self, *lines):
+        self.b.emit(*lines)
+
+    def global_param(self, name):
+        ptr = self.r("u64", "ptr_" + name)
+        self.emit(c.global_pointer_param(ptr, self.b.param(name)))
+        return ptr
+
+    # -- setup ---------------------------------------------------------------------------------------
+    def indices(self):
+        e, r = self.emit, self.r
+        self.tid, self.lane, warp = r(hint="tid"), r(hint="lane"), r(hint="warp")
+        self.warp_m, self.warp_n = r(hint="warp_m"), r(hint="warp_n")
+        self.m0, self.n0, self.n_block, self.smem = r(hint="m0"), r(hint="n0"), r(hint="nblk"), r(hint="smem")
+        e(c.special(self.tid, "tid.x"), f"and.b32 {self.lane}, {self.tid}, 31;", f"shr.u32 {warp}, {self.tid}, 5;",
+          f"shr.u32 {self.warp_m}, {warp}, 2;", f"and.b32 {self.warp_n}, {warp}, 3;",
+          c.special(self.n_block, "ctaid.x"), f"shl.b32 {self.n0}, {self.n_block}, 7;",
+          c.special(self.m0, "ctaid.y"), f"shl.b32 {self.m0}, {self.m0}, 7;",
+          v.shared_address_of(self.smem, SMEM))
+        self.a, self.sa, self.bp = self.global_param("a"), self.global_param("sa"), self.global_param("b")
+        self.sb, self.d = self.global_param("sb"), self.global_param("d")
+        self.sa_stride = r(hint="sa_stride")
+        e(c.ld_param("u32", self.sa_stride, self.b.param("sa_stride")))
+
+    def row_pointers(self, base, first_row, rows_total):
+        """Per-pass u64 pointers to this thread's 16-byte chunk of its rows; rows past the end are clamped
+        to the last row (their products land in rows/columns of D that are never stored)."""
+        e, r = self.emit, self.r
+        row, chunk_off, wide = r(), r(), r("u64")
+        e(f"shr.u32 {row}, {self.tid}, 3;", f"add.u32 {row}, {row}, {first_row};",
+          f"and.b32 {chunk_off}, {self.tid}, 7;", f"shl.b32 {chunk_off}, {chunk_off}, 4;")
+        ragged = rows_total % BLOCK_M != 0
+        pointers = []
+        for p in range(LOAD_PASSES if ragged else 1):
+            this_row, ptr = r(), r("u64", "src")
+            e(f"add.u32 {this_row}, {row}, {p * LOAD_ROWS_PER_PASS};")
+            if ragged:
+                e(f"min.u32 {this_row}, {this_row}, {rows_total - 1};")
+            e(f"mul.wide.u32 {wide}, {this_row}, {self.k};", f"add.u64 {ptr}, {base}, {wide};",
+              f"cvt.u64.u32 {wide}, {chunk_off};", f"add.u64 {ptr}, {ptr}, {wide};")
+            pointers.append(ptr)
+        if ragged:
+            return [(ptr, 0) for ptr in pointers]
+        return [(pointers[0], p * LOAD_ROWS_PER_PASS * self.k) for p in range(LOAD_PASSES)]
+
+    def load_setup(self):
+        e, r = self.emit, self.r
+        # shared destination of this thread's chunk: load_shared_offset(tid, 0) (+ pass * 4096 as immediates)
+        row, chunk, x = r(), r(), r()
+        self.load_dst = r(hint="ld_dst")
+        e(f"shr.u32 {row}, {self.tid}, 3;", f"and.b32 {chunk}, {self.tid}, 7;", f"and.b32 {x}, {row}, 7;",
+          f"xor.b32 {chunk}, {chunk}, {x};", f"shl.b32 {chunk}, {chunk}, 4;",
+          f"shl.b32 {self.load_dst}, {row}, 7;", f"add.u32 {self.load_dst}, {self.load_dst}, {chunk};",
+          f"add.u32 {self.load_dst}, {self.load_dst}, {self.smem};")
+        self.a_src = self.row_pointers(self.a, self.m0, self.m)
+        self.b_src = self.row_pointers(self.bp, self.n0, self.n)
+        # Activation scales: warp 0 copies the block's 128 scales of one K group, 4 floats (16 bytes) a lane.
+        # sa is M-major, so they are contiguous; chunks past M are zero-filled through cp.async's src-size.
+        self.is_scale_loader = r("pred", "p_sa")
+        e(f"setp.lt.u32 {self.is_scale_loader}, {self.tid}, 32;")
+        first, wide = r(), r("u64")
+        self.sa_src, self.sa_step, self.sa_dst = r("u64", "sa_src"), r("u64", "sa_step"), r(hint="sa_dst")
+        e(f"shl.b32 {first}, {self.tid}, 2;", f"add.u32 {first}, {first}, {self.m0};")
+        self.sa_bytes = None
+        if self.ragged_m:
+            remaining = r("s32")
+            self.sa_bytes = r(hint="sa_bytes")
+            e(f"sub.s32 {remaining}, {self.m}, {first};", f"max.s32 {remaining}, {remaining}, 0;",
+              f"min.s32 {remaining}, {remaining}, 4;", f"shl.b32 {self.sa_bytes}, {remaining}, 2;",
+              f"min.u32 {first}, {first}, {(self.m - 1) // 4 * 4};")
+        e(f"mul.wide.u32 {wide}, {first}, 4;", f"add.u64 {self.sa_src}, {self.sa}, {wide};",
+          f"mul.wide.u32 {self.sa_step}, {self.sa_stride}, 4;",
+          f"shl.b32 {self.sa_dst}, {self.tid}, 4;", f"add.u32 {self.sa_dst}, {self.sa_dst}, {self.smem};")
+        # sb[n_block, g]: one float per K block for the whole CTA (BLOCK_N = 128 = the weights' block)
+        self.sb_src = r("u64", "sb_src")
+        e(f"mul.wide.u32 {wide}, {self.n_block}, {self.kb * 4};", f"add.u64 {self.sb_src}, {self.sb}, {wide};")
+
+    def issue_loads(self, stage_offset: str | int, predicate: str | None, scale_predicate: str):
+        """cp.async this thread's share of the next K block into the stage at ``stage_offset``; advance."""
+        e = self.emit
+        dst = self.r(hint="dst")
+        e(f"add.u32 {dst}, {self.load_dst}, {stage_offset};")
+        for operand, sources in ((0, self.a_src), (B_OFFSET, self.b_src)):
+            for p, (ptr, offset) in enumerate(sources):
+                e(v.cp_async_16(dst, f"{ptr}+{offset}" if offset else ptr,
+                                operand + p * LOAD_ROWS_PER_PASS * 128, predicate=predicate))
+        sa_dst = self.r(hint="sa_dst_stage")
+        e(f"add.u32 {sa_dst}, {self.sa_dst}, {stage_offset};",
+          v.cp_async_16(sa_dst, self.sa_src, SA_OFFSET, src_size=self.sa_bytes, predicate=scale_predicate))
+        for ptr in dict.fromkeys(ptr for ptr, _ in self.a_src + self.b_src):
+            e(f"add.u64 {ptr}, {ptr}, {BLOCK_K};")
+        e(f"add.u64 {self.sa_src}, {self.sa_src}, {self.sa_step};")
+
+    def fragment_setup(self):
+        """Per-k-step ldmatrix addresses (a_fragment_offset / b_fragment_offset without the tile offsets)."""
+        e, r = self.emit, self.r
+        x, half_a, half_b, row_a, row_b, t = r(), r(), r(), r(), r(), r()
+        e(f"and.b32 {x}, {self.lane}, 7;",
+          f"shr.u32 {half_a}, {self.lane}, 4;", f"xor.b32 {half_a}, {half_a}, {x};",
+          f"shr.u32 {half_b}, {self.lane}, 3;", f"and.b32 {half_b}, {half_b}, 1;", f"xor.b32 {half_b}, {half_b}, {x};",
+          f"and.b32 {row_a}, {self.lane}, 15;", f"shl.b32 {t}, {self.warp_m}, 6;", f"add.u32 {row_a}, {row_a}, {t};",
+          f"shl.b32 {row_a}, {row_a}, 7;", f"add.u32 {row_a}, {row_a}, {self.smem};",
+          f"shr.u32 {row_b}, {self.lane}, 4;", f"shl.b32 {row_b}, {row_b}, 3;", f"add.u32 {row_b}, {row_b}, {x};",
+          f"shl.b32 {t}, {self.warp_n}, 5;", f"add.u32 {row_b}, {row_b}, {t};",
+          f"shl.b32 {row_b}, {row_b}, 7;", f"add.u32 {row_b}, {row_b}, {self.smem};")
+        self.a_frag, self.b_frag = [], []
+        for ks in range(K_STEPS):
+            for half, row, out in ((half_a, row_a, self.a_frag), (half_b, row_b, self.b_frag)):
+                addr = r(hint="frag")
+                e(f"xor.b32 {addr}, {half}, {2 * ks};", f"shl.b32 {addr}, {addr}, 4;",
+                  f"add.u32 {addr}, {addr}, {row};")
+                out.append(addr)
+        # this thread's accumulator rows in the scale tile: warp_m*64 + lane//4 (+ 16*m_tile + 8*half)
+        self.sa_read = r(hint="sa_rd")
+        e(f"shr.u32 {t}, {self.lane}, 2;", f"shl.b32 {self.sa_read}, {self.warp_m}, 6;",
+          f"add.u32 {self.sa_read}, {self.sa_read}, {t};", f"shl.b32 {self.sa_read}, {self.sa_read}, 2;",
+          f"add.u32 {self.sa_read}, {self.sa_read}, {self.smem};")
+
+    # -- one K block -----------------------------------------------------------------------------------
+    def compute_block(self, stage_offset: str):
+        e, r = self.emit, self.r
+        sb_value = r("f32", "sb")
+        e(c.ld_global("f32", sb_value, self.sb_src, cache=".nc"), f"add.u64 {self.sb_src}, {self.sb_src}, 4;")
+        for ks in range(K_STEPS):
+            a_addr, b_addr = r(), r()
+            e(f"add.u32 {a_addr}, {self.a_frag[ks]}, {stage_offset};",
+              f"add.u32 {b_addr}, {self.b_frag[ks]}, {stage_offset};")
+            for mt in range(M_TILES):
+                e(v.ldmatrix_x4(self.a_regs[mt], a_addr, mt * 16 * 128))
+            for pair in range(N_TILES // 2):
+                e(v.ldmatrix_x4(self.b_regs[pair], b_addr, B_OFFSET + pair * 16 * 128))
+            for mt in range(M_TILES):
+                for nt in range(N_TILES):
+                    b_pair = self.b_regs[nt // 2][2 * (nt % 2): 2 * (nt % 2) + 2]
+                    addend = [self.zero] * 4 if ks == 0 else self.acc[mt][nt]  # a fresh sum per K block
+                    e(v.mma_m16n8k32_e4m3(self.acc[mt][nt], self.a_regs[mt], b_pair, addend))
+        sa_addr = r()
+        e(f"add.u32 {sa_addr}, {self.sa_read}, {stage_offset};")
+        for mt in range(M_TILES):
+            for half in range(2):
+                scale = r("f32", "scale")
+                e(f"ld.shared.f32 {scale}, [{sa_addr}+{SA_OFFSET + 4 * (16 * mt + 8 * half)}];",
+                  f"mul.f32 {scale}, {scale}, {sb_value};")
+                for nt in range(N_TILES):
+                    for i in (2 * half, 2 * half + 1):
+                        e(v.promote(self.total[mt][nt][i], self.acc[mt][nt][i], scale))
+
+    def main_loop(self):
+        e, r, b = self.emit, self.r, self.b
+        self.a_regs = [b.regs("b32", 4, "fa") for _ in range(M_TILES)]
+        self.b_regs = [b.regs("b32", 4, "fb") for _ in range(N_TILES // 2)]
+        self.acc = [[b.regs("f32", 4, "acc") for _ in range(N_TILES)] for _ in range(M_TILES)]
+        self.total = [[b.regs("f32", 4, "tot") for _ in range(N_TILES)] for _ in range(M_TILES)]
+        self.zero = r("f32", "zero")
+        e(f"mov.f32 {self.zero}, 0f00000000;")
+        for row in self.total:
+            for regs in row:
+                e(*(f"mov.f32 {x}, 0f00000000;" for x in regs))
+        b.comment("prologue: the first STAGES-1 K blocks in flight (empty groups keep the count uniform)")
+        for s in range(STAGES - 1):
+            if s < self.kb:
+                self.issue_loads(s * STAGE_BYTES, None, self.is_scale_loader)
+            e(v.cp_async_commit())
+        kb, ahead, rd, wr = r(hint="kb"), r(hint="ahead"), r(hint="read_stage"), r(hint="write_stage")
+        load, load_scales, more, wrap = r("pred"), r("pred"), r("pred"), r("pred")
+        e(f"mov.u32 {kb}, 0;", f"mov.u32 {rd}, 0;", f"mov.u32 {wr}, {(STAGES - 1) * STAGE_BYTES};")
+        top = b.label("k_block")
+        b.place(top)
+        b.comment("block kb has landed (this thread's copies) and is visible to all (everyone's); the stage "
+                  "written next was read in iteration kb-1, which every warp has finished")
+        e(v.cp_async_wait(STAGES - 2), c.bar_sync(0))
+        e(f"add.u32 {ahead}, {kb}, {STAGES - 1};", f"setp.lt.u32 {load}, {ahead}, {self.kb};",
+          f"and.pred {load_scales}, {load}, {self.is_scale_loader};")
+        self.issue_loads(wr, load, load_scales)
+        e(v.cp_async_commit())
+        self.compute_block(rd)
+        for offset in (rd, wr):
+            e(f"add.u32 {offset}, {offset}, {STAGE_BYTES};", f"setp.eq.u32 {wrap}, {offset}, {SHARED_BYTES};",
+              f"selp.u32 {offset}, 0, {offset}, {wrap};")
+        e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {self.kb};", f"@{more} bra {top};")
+
+    # -- epilogue --------------------------------------------------------------------------------------
+    def store(self):
+        """D = BF16(total): rows g, g+8 and columns 2t, 2t+1 of every mma tile, masked at the ragged edges."""
+        e, r = self.emit, self.r
+        g, t, row, col, wide, ptr = r(), r(), r(hint="row"), r(hint="col"), r("u64"), r("u64", "dst")
+        e(f"shr.u32 {g}, {self.lane}, 2;", f"and.b32 {t}, {self.lane}, 3;",
+          f"shl.b32 {row}, {self.warp_m}, 6;", f"add.u32 {row}, {row}, {g};", f"add.u32 {row}, {row}, {self.m0};",
+          f"shl.b32 {col}, {self.warp_n}, 5;", f"shl.b32 {t}, {t}, 1;", f"add.u32 {col}, {col}, {t};",
+          f"add.u32 {col}, {col}, {self.n0};",
+          f"mul.wide.u32 {ptr}, {row}, {2 * self.n};", f"mul.wide.u32 {wide}, {col}, 2;",
+          f"add.u64 {ptr}, {ptr}, {wide};", f"add.u64 {ptr}, {ptr}, {self.d};")
+        col_ok = []
+        for nt in range(N_TILES):
+            preds = []
+            for extra in ((0, 1) if self.n % 2 else (0,)):
+                if self.ragged_n:
+                    p = r("pred")
+                    e(f"setp.lt.u32 {p}, {col}, {max(self.n - nt * 8 - extra, 0)};")
+                    preds.append(p)
+                else:
+                    preds.append(None)
+            col_ok.append(preds)
+        for mt in range(M_TILES):
+            for half in range(2):
+                row_ok = None
+                if self.ragged_m:
+                    row_ok = r("pred")
+                    e(f"setp.lt.u32 {row_ok}, {row}, {max(self.m - 16 * mt - 8 * half, 0)};")
+                for nt in range(N_TILES):
+                    lo, hi = self.total[mt][nt][2 * half], self.total[mt][nt][2 * half + 1]
+                    offset = (16 * mt + 8 * half) * 2 * self.n + 2 * 8 * nt
+                    if self.n % 2 == 0:  # both columns in or both out; 4-byte aligned
+                        packed = r("b32")
+                        e(c.cvt_f32x2_to_bf16x2(packed, hi, lo))
+                        e(self._guard(row_ok, col_ok[nt][0]) + c.st_global("b32", ptr, packed, offset))
+                    else:  # odd N: rows start at odd element offsets, so store halves one by one
+                        for value, extra in ((lo, 0), (hi, 1)):
+                            h = r("b16")
+                            guard = self._guard(row_ok, col_ok[nt][extra])
+                            e(f"cvt.rn.bf16.f32 {h}, {value};",
+                              guard + c.st_global("b16", ptr, h, offset + 2 * extra))
+
+    def _guard(self, *preds):
+        preds = [p for p in preds if p]
+        if not preds:
+            return ""
+        if len(preds) == 1:
+            return f"@{preds[0]} "
+        both = self.r("pred")
+        self.emit(f"and.pred {both}, {preds[0]}, {preds[1]};")
+        return f"@{both} "
+
+    def build(self) -> str:
+        self.indices()
+        self.load_setup()
+        self.fragment_setup()
+        self.main_loop()
+        self.store()
+        return module([self.b], extra_globals=v.dynamic_shared_declaration(SMEM))
+
+
+def _check_shape(m: int, n: int, k: int) -> None:
+    if min(m, n, k) <= 0 or k % BLOCK_K:
+        raise ValueError(f"stage 04 needs M, N > 0 and K a positive multiple of {BLOCK_K}, got {m}x{n}x{k}")
+    if m * k >= 2**32 or n * k >= 2**32 or 2 * m * n >= 2**32:
+        raise ValueError(f"stage 04 addresses rows with 32-bit products: {m}x{n}x{k} is too large")
+
+
+@functools.lru_cache(maxsize=None)
+def generate(m: int, n: int, k: int) -> str:
+    """The PTX text of the kernel specialized for (M, N, K)."""
+    _check_shape(m, n, k)
+    return _Gen(m, n, k).build()
+
+
+def grid(m: int, n: int) -> tuple[int, int, int]:
+    return ceil_div(n, BLOCK_N), ceil_div(m, BLOCK_M), 1
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(m: int, n: int, k: int):
+    from ptx.compile import compile_ptx
+    from ptx.runtime import load_kernel
+    return load_kernel(compile_ptx(generate(m, n, k)), KERNEL)
+
+
+def gemm(a, sa, b, sb, d, stream=None) -> None:
+    """D = (A*sA)(B*sB)^T, BF16 out (contract in gemm.fp8); asynchronous on ``stream``."""
+    from gemm.validate import check_gemm_args
+    args = check_gemm_args(a, sa, b, sb, d)
+    kernel = _kernel(args.m, args.n, args.k)
+    kernel.launch(grid(args.m, args.n), THREADS,
+                  [args.a.ptr, args.sa.ptr, args.b.ptr, args.sb.ptr, args.d.ptr, np.uint32(args.sa_stride)],
+                  shared_bytes=SHARED_BYTES, stream=stream)
