@@ -1,0 +1,623 @@
+"""Write notebooks/NN_*.ipynb from the cell lists in this file, so the notebooks are reviewed as code.
+
+    python tools/make_notebooks.py           # (re)write every notebook
+    python tools/make_notebooks.py --check   # exit 1 if a committed notebook differs from what is written here
+
+One notebook per stage: the one idea (markdown), the kernel (Numba source, or an excerpt of the generated
+PTX with its resource report and SASS opcode counts), a correctness check against the float64 reference,
+and a timing cell. Every cell runs without a GPU: Numba kernels fall back to the CUDA simulator on tiny
+shapes, PTX is assembled and disassembled on the CPU, and GPU-only work prints what it would need.
+Notebooks are written without outputs and with stable cell ids, so diffs stay readable.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+
+
+# ------------------------------------------------------------------------------------------ cells shared
+
+def setup_cell(number: int) -> str:
+    return f'''\
+import os, sys
+# Works from notebooks/ (Jupyter) or from the repository root (tests): make the repository importable.
+ROOT = os.path.dirname(os.getcwd()) if os.path.basename(os.getcwd()) == "notebooks" else os.getcwd()
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from ptx.device import has_gpu, is_hopper
+if not has_gpu():
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba is imported: kernels run on the CPU
+
+import numpy as np
+import lessons
+from gemm.fp8 import align, bf16_to_float, calc_diff, flops, gemm_bytes, random_problem, reference_gemm
+
+stage = lessons.stage({number})
+print(stage.__doc__)
+print("GPU:", "Hopper" if is_hopper() else "present, not Hopper" if has_gpu() else "none (CUDA simulator)")'''
+
+
+DEVICE_HELPERS = '''\
+from numba import cuda
+
+from lessons.ladder import mn_major_view
+
+BF16_NAN = 0x7FC0  # poison: an output element the kernel forgets to write stays NaN
+
+
+def to_device(a, sa, b, sb):
+    """Host problem -> device arrays in the GEMM contract: e4m3 as bytes, sa M-major with M padded to 4."""
+    m, kb = sa.shape
+    sa_storage = np.zeros((kb, align(m, 4)), np.float32)
+    sa_storage[:, :m] = sa.T
+    # Not cuda.to_device(sa_storage)[:, :m].T: on a GPU, Numba's .T of a device array is a transposed
+    # *copy* (row-major again); mn_major_view builds the strided view instead.
+    return (cuda.to_device(a.view(np.uint8)), mn_major_view(cuda.to_device(sa_storage), m),
+            cuda.to_device(b.view(np.uint8)), cuda.to_device(np.ascontiguousarray(sb)))
+
+
+def check(m, n, k):
+    """Fresh random inputs, poisoned output, one launch, compared with the float64 reference."""
+    a, sa, b, sb = random_problem(m, n, k)
+    d = cuda.to_device(np.full((m, n), BF16_NAN, np.uint16))
+    stage.gemm(*to_device(a, sa, b, sb), d)
+    cuda.synchronize()
+    out = bf16_to_float(d.copy_to_host())
+    diff = calc_diff(out, reference_gemm(a, sa, b, sb))
+    print(f"M={m:5d} N={n:5d} K={k:5d}: every element written: {bool(np.isfinite(out).all())}, diff = {diff:.1e}")
+    assert np.isfinite(out).all() and diff < 1e-3, "mismatch with the float64 reference"'''
+
+
+def timing_cell(number: int, m: int = 4096, n: int = 4096, k: int = 7168) -> str:
+    return f'''\
+import json
+from pathlib import Path
+
+# What the committed ladder run measured for this stage (results/ladder.json), GPU or not.
+ladder = Path(ROOT, "results", "ladder.json")
+if ladder.exists():
+    result = json.loads(ladder.read_text())
+    for row in result["rows"]:
+        if str(row.get("label", "")).startswith("{number:02d}"):
+            value = lambda key, spec: "-" if row.get(key) is None else format(row[key], spec)
+            print(f"ladder ({{result['device'].get('name', '?')}}, {{result['date'][:10]}}): {{value('time_us', ',.1f')}} us, "
+                  f"{{value('tflops', '.1f')}} TFLOP/s, {{value('speedup', '.2f')}}x the previous stage")
+
+if is_hopper():
+    from gemm.testing import bench_kernel
+    m, n, k = {m}, {n}, {k}  # the ladder's shape
+    a, sa, b, sb = to_device(*random_problem(m, n, k))
+    d = cuda.device_array((m, n), np.uint16)
+    timing = bench_kernel(lambda stream: stage.gemm(a, sa, b, sb, d, stream=stream))
+    print(f"now: M={{m}} N={{n}} K={{k}}: {{timing.median_us:.1f}} us, {{timing.tflops(flops(m, n, k)):.1f}} TFLOP/s, "
+          f"{{timing.gbps(gemm_bytes(m, n, k)):.0f}} GB/s")
+else:
+    print("Timings need a Hopper GPU (there is none here). With one: python -m lessons ladder")'''
+
+
+SHOW_KERNELS = '''\
+import ast, importlib, importlib.util, inspect
+
+
+def show_kernels(module):
+    """Print the GPU functions of ``module`` (kernels and device helpers), found by their decorators."""
+    source = inspect.getsource(module)
+    lines = source.splitlines()
+    shown = 0
+    for node in ast.parse(source).body:
+        decorators = " ".join(ast.unparse(d) for d in getattr(node, "decorator_list", []))
+        if isinstance(node, ast.FunctionDef) and ("jit" in decorators or "device" in decorators):
+            print("\\n".join(lines[node.decorator_list[0].lineno - 1:node.end_lineno]), end="\\n\\n")
+            shown += 1
+    if not shown:
+        print(source)'''
+
+
+PTX_HELPERS = '''\
+from collections import Counter
+
+from ptx.compile import compile_ptx
+from ptx.sass import disassemble, opcode_counts
+
+
+def show_excerpt(text, keywords, per_keyword=3):
+    """The module header and entry points, then the first lines that use each keyword (with line numbers)."""
+    lines = text.splitlines()
+    header = (".version", ".target", ".entry", ".maxntid", ".reqnctapercluster")
+    picked = {i for i, line in enumerate(lines) if line.lstrip().startswith(header) or ".entry" in line}
+    for word in keywords:
+        hits = [i for i, line in enumerate(lines) if word in line]
+        print(f"{word!r}: {len(hits)} lines")
+        picked.update(hits[:per_keyword])
+    previous = -1
+    for i in sorted(picked):
+        if i != previous + 1:
+            print("    ...")
+        print(f"{i + 1:5d}  {lines[i]}")
+        previous = i
+    print(f"({len(lines)} lines in all)")
+
+
+def show_resources(cubin, key_opcodes):
+    """ptxas's resource report and the SASS opcodes that tell whether the idea reached the machine code."""
+    for name, r in cubin.resources.items():
+        print(f"{name}: {r.registers} registers, {r.spill_stores + r.spill_loads} bytes spilled, "
+              f"{r.local_bytes} bytes local, {r.shared_bytes} bytes static shared memory")
+    instructions = disassemble(cubin)
+    counts = Counter()
+    for opcode, n in opcode_counts(instructions).items():
+        counts[opcode.split(".")[0]] += n  # one family: SYNCS.EXCH.64 and SYNCS.ARRIVE.TRANS64 are both SYNCS
+    print(f"{len(instructions)} SASS instructions; key opcodes: "
+          + ", ".join(f"{op} {counts.get(op, 0)}" for op in key_opcodes))
+    print("most frequent:", ", ".join(f"{op} {n}" for op, n in counts.most_common(12)))
+    return instructions
+
+
+def show_sass(instructions, opcode):
+    """Each variant of a SASS opcode family (modifiers included): how many, and the first one in full."""
+    variants = {}
+    for ins in instructions:
+        mnemonic = ins.text.split()[1] if ins.text.startswith("@") else ins.text.split()[0]
+        if mnemonic.split(".")[0] == opcode:
+            count, first = variants.get(mnemonic, (0, ins))
+            variants[mnemonic] = (count + 1, first)
+    for mnemonic, (count, first) in variants.items():
+        print(f"{count:5d} x {mnemonic:36s} e.g. /*{first.offset:05x}*/ {first.text}")'''
+
+
+# ------------------------------------------------------------------------------------------ notebook JSON
+
+def markdown(text: str) -> dict:
+    return {"cell_type": "markdown", "metadata": {}, "source": textwrap.dedent(text).strip()}
+
+
+def code(text: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+            "source": textwrap.dedent(text).strip()}
+
+
+def notebook(name: str, cells: list[dict]) -> dict:
+    """nbformat 4.5 JSON; sources split into lines as Jupyter writes them, ids stable across rebuilds."""
+    out = []
+    for index, cell in enumerate(cells):
+        source = cell["source"].splitlines(keepends=True)
+        out.append({**cell, "id": f"{name[:2]}-{index:02d}", "source": source})
+    return {
+        "cells": out,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python", "pygments_lexer": "ipython3"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def render(nb: dict) -> str:
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"  # as nbformat writes it
+
+
+# ------------------------------------------------------------------------------------------ the notebooks
+
+def numba_notebook(number: int, intro: str, kernel_note: str, check_note: str, shapes_sim, shapes_gpu,
+                   extra_sources: tuple[str, ...] = ()) -> list[dict]:
+    extra = "".join(f"""
+if importlib.util.find_spec({m!r}):  # the device helpers the Numba stages share
+    show_kernels(importlib.import_module({m!r}))""" for m in extra_sources)
+    return [
+        markdown(intro),
+        code(setup_cell(number)),
+        markdown(kernel_note),
+        code(SHOW_KERNELS + "\n\n\nshow_kernels(stage)" + extra),
+        markdown(check_note),
+        code(DEVICE_HELPERS),
+        code(f'''\
+# The simulator runs every GPU thread as a Python thread: tiny shapes there, real ones on a GPU.
+shapes = {shapes_gpu!r} if has_gpu() else {shapes_sim!r}
+for m, n, k in shapes:
+    check(m, n, k)'''),
+        markdown(TIMING_NOTE),
+        code(timing_cell(number)),
+    ]
+
+
+def ptx_notebook(number: int, intro: str, ptx_note: str, keywords, sass_note: str, key_opcodes,
+                 sass_opcodes, check_note: str, shapes_gpu, extra: list[dict] = ()) -> list[dict]:
+    return [
+        markdown(intro),
+        code(setup_cell(number)),
+        markdown(ptx_note),
+        code(PTX_HELPERS + f'''\
+
+
+# The generator bakes the shape into the text (as DeepGEMM's JIT does): this is the ladder's shape.
+ptx_text = stage.generate(4096, 4096, 7168)
+show_excerpt(ptx_text, {list(keywords)!r})'''),
+        markdown(sass_note),
+        code(f'''\
+cubin = compile_ptx(ptx_text)  # nvJitLink (ptxas inside): no GPU needed
+instructions = show_resources(cubin, {list(key_opcodes)!r})'''
+             + "".join(f"\nshow_sass(instructions, {op!r})" for op in sass_opcodes)),
+        *extra,
+        markdown(check_note),
+        code(DEVICE_HELPERS),
+        code(f'''\
+if is_hopper():
+    for m, n, k in {shapes_gpu!r}:
+        check(m, n, k)
+else:
+    print("Running this kernel needs a Hopper GPU (sm_90a); above, it was assembled and disassembled on the CPU.")'''),
+        markdown(TIMING_NOTE),
+        code(timing_cell(number)),
+    ]
+
+
+TIMING_NOTE = """\
+## Timing
+
+Kernel time, not launch time: `gemm.testing.bench_kernel` captures a CUDA graph of (flush L2; launch) pairs,
+replays it and subtracts the same graph with the flushes alone, so every call reads its operands from HBM and
+launch gaps vanish. The ladder (`python -m lessons ladder`) uses the same timer for every stage and for cuBLAS;
+its committed numbers are in `results/` and `docs/`.
+"""
+
+CHECK_NOTE_NUMBA = """\
+## Is it right?
+
+Fresh random FP8 operands (per-row and per-column magnitudes spread over 2^-4..2^4, so a wrong scale shows),
+the output poisoned with NaN before the launch, then DeepGEMM's measure against a float64 product of the
+dequantized inputs: `diff = 1 - 2·Σxy / Σ(x² + y²)`. The pass mark is 1e-3, but a correct kernel lands near
+1e-6: that is the BF16 rounding of the output and nothing else. A kernel that applied the first K group's
+scales to every group would sit near 4e-2.
+"""
+
+CHECK_NOTE_PTX = """\
+## Is it right?
+
+On a Hopper GPU: fresh random operands, NaN-poisoned output, `diff` against the float64 reference (a correct
+kernel lands near 1e-6, the BF16 rounding of the output; the pass mark is 1e-3), on ragged shapes too:
+M not a multiple of the block, N = 2112. Without a GPU this cell only says so.
+"""
+
+
+def build() -> dict[str, dict]:
+    books = {
+        "00_ptx_dequant": ptx_dequant_cells(),
+        "01_naive": numba_notebook(
+            1, INTRO_01, KERNEL_01, CHECK_NOTE_NUMBA,
+            shapes_sim=[(7, 9, 256)], shapes_gpu=[(128, 256, 512), (100, 2112, 512)],
+            extra_sources=("lessons.numba_fp8",)),
+        "02_smem_tiling": numba_notebook(
+            2, INTRO_02, KERNEL_02, CHECK_NOTE_NUMBA,
+            shapes_sim=[(20, 24, 256)], shapes_gpu=[(256, 256, 512), (100, 2112, 512)]),
+        "03_register_tiling": numba_notebook(
+            3, INTRO_03, KERNEL_03, CHECK_NOTE_NUMBA,
+            shapes_sim=[(20, 24, 256)], shapes_gpu=[(256, 256, 512), (100, 2112, 512)]),
+        "04_mma_sync": ptx_notebook(
+            4, INTRO_04, PTX_04, ["mma.sync", "ldmatrix", "cp.async", "fma.rn.f32"], SASS_04,
+            ["HMMA", "F2FP", "LDSM", "LDGSTS", "FFMA"], ["F2FP", "HMMA"], CHECK_NOTE_PTX,
+            [(128, 256, 512), (100, 2112, 512), (300, 1000, 1024)]),
+        "05_wgmma": ptx_notebook(
+            5, INTRO_05, PTX_05, ["wgmma.fence", "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group",
+                                  "fence.proxy.async"],
+            SASS_05, ["QGMMA", "WARPGROUP", "LDGSTS", "FFMA", "F2FP"], ["QGMMA", "WARPGROUP"], CHECK_NOTE_PTX,
+            [(128, 256, 512), (100, 2112, 512), (300, 1000, 1024)]),
+        "06_tma_pipeline": ptx_notebook(
+            6, INTRO_06, PTX_06, ["cp.async.bulk.tensor", "mbarrier", "wgmma.mma_async"], SASS_06,
+            ["UTMALDG", "SYNCS", "QGMMA", "FFMA"], ["UTMALDG", "SYNCS"], CHECK_NOTE_PTX,
+            [(128, 256, 512), (100, 2112, 512), (300, 1000, 1024), (64, 7168, 1024)], extra=PLAN_06),
+    }
+    return {name: notebook(name, cells) for name, cells in books.items()}
+
+
+# ------------------------------------------------------------------------------------------ stage texts
+
+INTRO_00 = """\
+# 00 · PTX from Python: an FP8 dequantization kernel
+
+**The one idea:** a kernel can be *text that Python writes*. `generate(m, k)` builds PTX with
+`ptx.builder.KernelBuilder` and the named idioms of `ptx.vocab`, with the shape substituted as constants;
+`ptx.compile.compile_ptx` assembles it for `sm_90a` through nvJitLink (ptxas inside a pip wheel: no CUDA
+toolkit, no GPU) and returns ptxas's resource report as data; `ptx.sass.disassemble` lists the SASS with
+nvdisasm; `ptx.runtime.load_kernel(...).launch(...)` runs it with cuda-python. Every tensor-core stage of the
+ladder takes this path.
+
+The kernel is small and its answer exact: y = e4m3(x) · s per 1×128 group, in BF16, each thread handling
+16 bytes. What to look for: how each PTX conversion becomes one SASS instruction —
+`cvt.rn.f16x2.e4m3x2` (two FP8 values to two FP16 in one go) → `F2FP.F16.E4M3.UNPACK_B`, `cvt.f32.f16` →
+`HADD2.F32`, `cvt.rn.bf16x2.f32` → `F2FP.BF16.F32.PACK_AB` — and the resource report, available before
+anything runs.
+"""
+
+INTRO_01 = """\
+# 01 · Naive: one thread per output, promotion from the start
+
+**The one idea:** the fine-grained-scaled GEMM, written as plainly as possible. Thread (m, n) walks K in
+groups of 128: it sums the 128 products of decoded e4m3 values in an FP32 *partial* sum, then adds
+`partial · sA[m, g] · sB[n // 128, g]` to its FP32 total, and writes the total once, rounded to BF16.
+
+That inner structure is DeepGEMM's *promotion* and it is in the contract from this first stage: the scale
+changes every 128 elements of K, so no kernel can fold it into one long dot product. The tensor-core stages
+keep exactly this loop nest; only where the partial sum is computed changes.
+
+What to look for: the cost. Every FP8 byte of A is fetched by all N threads of its row and every byte of B
+by all M threads of its column (through L1/L2), and each byte is decoded in software: this kernel is
+bound by memory traffic and integer work, far from the math units.
+"""
+
+KERNEL_01 = """\
+## The kernel
+
+The stage's `@cuda.jit` functions, then the device-side e4m3 decode and BF16 encode the Numba stages share
+(`lessons/numba_fp8.py`). An e4m3 byte is sign · 2^(e−7) · (1 + m/8) for exponent e > 0, and a subnormal
+sign · 2^−6 · m/8 for e = 0; the byte 0x7F/0xFF is NaN and there is no infinity. BF16 output keeps the upper
+16 bits of the FP32 total after rounding to nearest even.
+"""
+
+INTRO_02 = """\
+# 02 · Shared-memory tiling
+
+**The one idea:** threads that need the same data load it once, together. A block computes a tile of D;
+for each 128-wide K group it first copies the slices of A and B that the tile needs into shared memory,
+then every thread computes its partial sum from there. Each FP8 byte now leaves global memory once per
+block instead of once per thread, and (in this implementation) is decoded once per block too, while
+staging. The K tile is exactly one scale group, so the promotion boundary and the tile boundary coincide:
+stage the group, synchronize, accumulate, promote, synchronize, next group.
+
+**What changed vs 01:** where the operands come from. The arithmetic and the promotion are stage 01's.
+
+What to look for: the two `cuda.syncthreads()` per K group (one before reading the tiles, one before the
+next group overwrites them); coalesced staging (consecutive threads read consecutive bytes); how the tile
+layout avoids shared-memory bank conflicts (a warp reading one address is a broadcast; 32 different rows of
+a row-major tile would all hit the same bank unless the row pitch is padded). And what did not improve:
+each thread still loads two shared-memory values per FMA, which is what stage 03 attacks.
+"""
+
+KERNEL_02 = """\
+## The kernel
+
+Shared tiles are declared with `cuda.shared.array` and sized by module constants (compile-time for Numba).
+Each thread still owns one output; what moved is where its operands come from.
+"""
+
+INTRO_03 = """\
+# 03 · Register tiling
+
+**The one idea:** make every value read from shared memory feed many FMAs. Each thread computes a
+micro-tile of outputs (here 8 rows × 8 columns) held in registers: per k it loads 8 values of A and 8 of B
+and does 64 FFMAs with them, where stage 02 did one FFMA per two shared-memory loads.
+
+**What changed vs 02:** a thread owns a micro-tile; the block tile grows (128 × 128 here) while the
+shared-memory tile gets shallower in K (32), so one scale group now spans several tiles and the promotion
+happens every few tiles rather than every tile; tiles are stored k-major so a thread's values along M or N
+are contiguous (wide shared loads); and global loads are wide: 8 FP8 bytes per load, decoded while staging.
+
+What to look for: the partial sums and totals as constant-size `cuda.local.array`s (Numba keeps them in
+registers when their sizes are compile-time constants and every loop over them unrolls), the scale
+product `sA·sB` computed once per row and column of the micro-tile per K group, and the register budget:
+64 partials + 64 totals + the fragments is most of the 255 registers a thread may have, so one block per
+SM, with latency hidden by 64 independent FFMAs rather than by occupancy.
+"""
+
+KERNEL_03 = """\
+## The kernel
+
+The staging helper, the kernel, and the promotion; compare the inner loop with stage 02's single FFMA.
+"""
+
+INTRO_04 = """\
+# 04 · Warp-level tensor cores: `mma.sync` on e4m3, from raw PTX
+
+**The one idea:** leave the CUDA cores for the tensor cores. One `mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32`
+multiplies a 16×32 e4m3 fragment of A by a 32×8 fragment of B into a 16×8 FP32 accumulator held across the
+32 threads of a warp. Tiles are staged in shared memory with 16-byte `cp.async` copies; the block tile is
+split across warps; after each 128-wide K group the warp's accumulators (the partial sums) are scaled by
+`sA·sB` and added into FP32 totals with FFMA: the promotion, unchanged.
+
+**What changed vs 03:** the partial sum is computed by tensor cores from FP8 directly; no software decode.
+From here on the kernels are PTX generated by Python (`generate(m, n, k)`), with the shape baked in.
+
+What to look for: what the e4m3 `mma.sync` became in SASS. Hopper has no warp-level FP8 MMA: ptxas widens
+the FP8 fragments to FP16 pairs (`F2FP.F16.E4M3.UNPACK_B`; 12 for an isolated m16n8k32, fewer per MMA here
+because a fragment shared by several MMAs is widened once) and runs each `mma.sync` as two
+`HMMA.16816.F32` (FP16 tensor-core MMAs, k = 16). This stage therefore runs at the FP16 tensor rate at best,
+with conversions on the ALUs: compare the F2FP and HMMA counts below. Also: spills (must be 0), registers
+(accumulators plus promoted totals) and the FFMA count, which is the promotion.
+"""
+
+PTX_04 = """\
+## The generated PTX
+
+An excerpt: the module header, then the first uses of the instructions that carry this stage's idea.
+"""
+
+SASS_04 = """\
+## Resources and SASS
+
+Assembled for `sm_90a` on the CPU. ptxas's report (registers per thread decide how many warps fit on an SM;
+any spill is a bug here) and the SASS opcode counts, then the first tensor-core instructions as nvdisasm
+prints them.
+"""
+
+INTRO_05 = """\
+# 05 · Warpgroup tensor cores: `wgmma.mma_async`
+
+**The one idea:** Hopper's native FP8 instruction. Four warps (a warpgroup, 128 threads) issue one
+`wgmma.mma_async.m64nNk32.f32.e4m3.e4m3` whose operands are read *directly from shared memory* through
+64-bit matrix descriptors (start address, leading/stride byte offsets, swizzle mode), asynchronously: the
+warps issue, `wgmma.commit_group` closes the batch, and only after `wgmma.wait_group` may they read the
+accumulators. Four k32 MMAs cover one 128-wide scale group; then the accumulators are promoted with FFMA,
+exactly as before.
+
+**What changed vs 04:** no `ldmatrix`, no A/B fragments in registers, no FP8→FP16 unpacking: QGMMA runs FP8
+at full rate. The tiles must sit in shared memory in the 128-byte-swizzled layout the descriptor names,
+and since wgmma reads shared memory through the *async proxy*, the threads that wrote a tile with
+`cp.async` execute `fence.proxy.async` before the barrier that publishes it. Loads are still issued by
+threads.
+
+What to look for: `wgmma.fence` before the first MMA, the `commit_group`/`wait_group` pair, the proxy fence,
+and in SASS the QGMMAs with the first of each group reading `RZ` as its accumulator: `scale-d = 0` starts a
+fresh partial sum without zeroing 64 registers. Check also whether `wait_group 0` follows the commit at
+once: then each warpgroup waits for its MMAs before promoting, and the tensor cores idle during its
+FFMAs unless another warpgroup fills the gap.
+"""
+
+PTX_05 = PTX_04
+
+SASS_05 = """\
+## Resources and SASS
+
+QGMMA is the FP8 warpgroup MMA (`QGMMA.64x128x32.F32.E4M3.E4M3`: 64×128 outputs, k = 32, FP32
+accumulators, `gdesc` = the two shared-memory descriptors); `WARPGROUP.ARRIVE` / `WARPGROUP.DEPBAR` are what
+`wgmma.fence` and `wgmma.wait_group` become. An m64n128 FP32 accumulator is 64 registers per thread and the
+promoted totals need as many again: watch the register count. Compare the F2FP count with stage 04's: here
+it is only the BF16 packing of the output.
+"""
+
+INTRO_06 = """\
+# 06 · TMA and an mbarrier pipeline
+
+**The one idea:** stop spending threads on loads. The Tensor Memory Accelerator copies a whole tile with
+one instruction, `cp.async.bulk.tensor.2d`, described by a 128-byte tensor map built on the host
+(`ptx.tma.tensor_map_2d`); the tile lands in shared memory already in the 128-byte-swizzled layout wgmma
+reads, rows past M or N zero-filled, and the copy reports completion to an `mbarrier` by counting bytes. A
+ring of S stages, each guarded by a *full* barrier (the producer arrives with `expect_tx` = the stage's byte
+count; the TMA engine completes the transaction) and an *empty* barrier (each math warp arrives when its
+MMAs on that stage are done), keeps the loads for the next groups in flight while the tensor cores work
+on this one.
+
+**What changed vs 05:** A and B tiles and A's scales arrive by TMA, issued by one thread; there is no
+CTA-wide barrier left in the K loop, warps wait only for the bytes they need; the ring is as deep as the
+shared-memory budget allows; the block shape follows the problem.
+
+What to look for: UTMALDG (the TMA load) and the SYNCS family (mbarrier operations) in the SASS, the
+transaction byte count per stage (A tile + B tile + scales), and the phase parity each wait checks, which
+flips every time the ring wraps: waiting on the wrong parity is the classic deadlock (or silent race).
+"""
+
+PTX_06 = PTX_04
+
+SASS_06 = """\
+## Resources and SASS
+
+`UTMALDG.2D` is a TMA tile load. The mbarrier operations are the SYNCS family: `SYNCS.EXCH.64` is
+`mbarrier.init`, `SYNCS.ARRIVE.TRANS64` the producer's arrive-with-expected-bytes,
+`SYNCS.PHASECHK.TRANS64.TRYWAIT` a `try_wait.parity` poll, and the plain consumer arrive shows up as
+`SYNCS.ARRIVE.TRANS64.A1T0` (one arrival, zero bytes). The ring lives in dynamic shared memory (sized at
+launch), so the static figure below stays 0.
+"""
+
+
+PLAN_06 = [
+    markdown("""\
+## The shared-memory plan
+
+How deep the ring is follows from bytes: one stage holds an A tile, a B tile and BLOCK_M scales, and as many
+stages as fit in 227 KiB (with two 8-byte mbarriers each) are used. The block shape follows the problem, as
+DeepGEMM's heuristics do: one math warpgroup (BLOCK_M = 64) for decode-sized M, and narrower BLOCK_N when
+128-wide tiles would leave SMs idle."""),
+    code('''\
+for m, n, k in [(4096, 4096, 7168), (64, 7168, 16384), (128, 2112, 7168)]:
+    plan = stage.Plan(m, n, k)
+    print(f"M={m:5d} N={n:5d} K={k:5d}: block {plan.block_m}x{plan.block_n}, {plan.threads} threads, "
+          f"{plan.stage_bytes} bytes/stage x {plan.stages} stages = {plan.shared_bytes} bytes, "
+          f"{plan.grid[0] * plan.grid[1]} blocks for 132 SMs")'''),
+]
+
+
+def ptx_dequant_cells() -> list[dict]:
+    return [
+        markdown(INTRO_00),
+        code(setup_cell(0)),
+        markdown("## The generated PTX\n\nThe header, then the first lines of each step: load 16 bytes, "
+                 "convert pairs, scale, pack to BF16, store."),
+        code(PTX_HELPERS + '''\
+
+
+ptx_text = stage.generate(4096, 7168)  # (M, K) baked in
+show_excerpt(ptx_text, ["ld.global", "cvt.rn.f16x2.e4m3x2", "cvt.f32.f16", "mul.rn.f32", "cvt.rn.bf16x2.f32",
+                        "st.global"], per_keyword=2)'''),
+        markdown("## Resources and SASS\n\nAssembled for `sm_90a` on this machine, GPU or not. Count the "
+                 "conversions: 8 unpacks (16 FP8 bytes → 16 FP16) and 8 packs (16 FP32 → 16 BF16) per thread."),
+        code('''\
+cubin = compile_ptx(ptx_text)
+instructions = show_resources(cubin, ["F2FP", "HADD2", "FMUL", "LDG", "STG"])
+show_sass(instructions, "F2FP")
+show_sass(instructions, "HADD2")'''),
+        markdown("""\
+## Is it right?
+
+On the host, `stage.reference` says what the kernel must produce: bf16(f32(e4m3) · s), rounded to nearest
+even. On a Hopper GPU the kernel's output must match it bit for bit (the output is poisoned first)."""),
+        code('''\
+from gemm.fp8 import BF16, dequantize_per_token, per_token_cast_to_fp8
+
+x = np.random.default_rng().standard_normal((64, 512), dtype=np.float32)
+q, scale = per_token_cast_to_fp8(x)
+expected = stage.reference(q, scale)
+print("first values, float64 dequantized:", np.round(dequantize_per_token(q, scale)[0, :4], 5))
+print("first values, BF16 (reference):   ", expected[0, :4].view(BF16).astype(np.float32))
+
+if is_hopper():
+    from numba import cuda
+    y = cuda.to_device(np.full(q.shape, 0x7FC0, np.uint16))  # NaN poison
+    stage.dequantize(cuda.to_device(q.view(np.uint8)), cuda.to_device(scale), y)
+    cuda.synchronize()
+    got = y.copy_to_host()
+    print("bit-identical to the reference:", bool(np.array_equal(got, expected)))
+    assert np.array_equal(got, expected)
+else:
+    print("Launching needs a Hopper GPU (sm_90a); above, the kernel was generated, assembled and disassembled.")'''),
+        markdown("""\
+## Timing
+
+Dequantization moves bytes and does almost no math, so it is measured in GB/s: 1 byte read and 2 written per
+element, plus the scales. Compare with the H100's ~3 TB/s device-to-device copy."""),
+        code('''\
+if is_hopper():
+    from numba import cuda
+    from gemm.testing import bench_kernel
+    m, k = 4096, 7168
+    q, scale = per_token_cast_to_fp8(np.random.default_rng().standard_normal((m, k), dtype=np.float32))
+    x_d, s_d = cuda.to_device(q.view(np.uint8)), cuda.to_device(scale)
+    y = cuda.device_array((m, k), np.uint16)
+    timing = bench_kernel(lambda stream: stage.dequantize(x_d, s_d, y, stream=stream))
+    moved = 3 * m * k + 4 * scale.size
+    print(f"M={m} K={k}: {timing.median_us:.1f} us, {timing.gbps(moved):.0f} GB/s")
+else:
+    print("Timings need a Hopper GPU (there is none here).")'''),
+    ]
+
+
+# ------------------------------------------------------------------------------------------ main
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the committed notebooks; write nothing")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, nb in build().items():
+        path = NOTEBOOKS / f"{name}.ipynb"
+        text = render(nb)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            NOTEBOOKS.mkdir(exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+    if stale:
+        print("out of date (run python tools/make_notebooks.py):", ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
