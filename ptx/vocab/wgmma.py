@@ -30,7 +30,9 @@ from __future__ import annotations
 SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}  # ISA "Matrix Descriptor Format", bits 62-63
 SW128_ROW_BYTES = 128  # one swizzle row: 8 chunks of 16 bytes
 SW128_ATOM_BYTES = 1024  # 8 rows x 128 bytes: the pattern repeats every 1024 bytes
-LEADING_BYTE_OFFSET = 16  # unused for swizzled K-major (see module docstring); encodes as 1
+# Unused for swizzled K-major (module docstring): 16 encodes as 1 (CUTLASS); DeepGEMM writes 0. Flip to 0 here
+# if a GPU run ever suggests the hardware reads it.
+LEADING_BYTE_OFFSET = 16
 K32_STEP_BYTES = 32  # one wgmma k32 step of e4m3
 
 
@@ -50,10 +52,11 @@ def descriptor_bits(start_address: int, leading_byte_offset: int, stride_byte_of
             | SWIZZLE_MODE[swizzle] << 62)
 
 
-def descriptor_constant_part(leading_byte_offset: int = LEADING_BYTE_OFFSET,
+def descriptor_constant_part(leading_byte_offset: int | None = None,
                              stride_byte_offset: int = SW128_ATOM_BYTES, swizzle: int = 128) -> int:
     """Every field but the start address: what the PTX ORs onto (shared address >> 4) at run time."""
-    return descriptor_bits(0, leading_byte_offset, stride_byte_offset, swizzle)
+    lbo = LEADING_BYTE_OFFSET if leading_byte_offset is None else leading_byte_offset  # read now: a flippable flag
+    return descriptor_bits(0, lbo, stride_byte_offset, swizzle)
 
 
 # ISA "Shared Memory Matrix Layout" (K-major, 128B swizzle): physical byte offset of (row, k byte) in a tile.

@@ -1,0 +1,240 @@
+"""Stage 05 — warpgroup tensor cores: one ``wgmma`` multiplies a 64x128x32 e4m3 slice for 128 threads,
+reading both operands straight from shared memory.
+
+Stage 04 (= 03 + mma.sync) fed the tensor cores per warp: ldmatrix moved every fragment from shared
+memory into registers, and on Hopper each e4m3 ``mma.sync`` was unpacked to f16 and run as two HMMAs at
+half of FP8's rate. Hopper's native FP8 instruction is ``wgmma.mma_async``: a *warpgroup* (4 warps)
+issues it, the operands stay in shared memory and are described by 64-bit *matrix descriptors* (start
+address, row-group stride, swizzle mode), and it runs asynchronously until ``wgmma.wait_group``. What
+changed vs stage 04:
+
+* no ldmatrix and no A/B registers: per K block, each of the two math warpgroups issues four
+  ``wgmma.m64n128k32.f32.e4m3.e4m3`` (SASS: ``QGMMA.64x128x32.F32.E4M3.E4M3``) over its 64 rows of the
+  128x128 tile; 64 FP32 accumulators per thread;
+* the tiles are stored in wgmma's canonical 128-byte-swizzle layout (16-byte chunk c of row r at chunk
+  c ^ (r % 8), 1024-byte aligned): the same XOR as stage 04's, now also the layout the descriptor names;
+* because wgmma reads shared memory through the *async proxy*, the threads that wrote a tile with
+  cp.async execute ``fence.proxy.async`` before the barrier that publishes it;
+* the epilogue stages the BF16 tile through shared memory and writes it row-contiguously (coalesced).
+Loads are still issued by all 256 threads with 16-byte ``cp.async`` into a 4-stage ring (as in stage 04);
+the K-block loop is a counted PTX loop (its body — four wgmmas, 64 FFMAs, the loads — is unrolled by
+Python), so the code stays small for K = 16384. The math warpgroup body is shared with stage 06
+(:mod:`lessons.wgmma_common`).
+
+Measured: (to be filled from results/ladder.json)
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from gemm.fp8 import ceil_div
+from lessons.wgmma_common import BLOCK_K, MathWarpgroups, staging_bytes
+from ptx.builder import KernelBuilder, module
+from ptx.vocab import core
+from ptx.vocab import mma as copy
+from ptx.vocab import tma as sync
+
+IDEA = "warpgroup tensor cores: wgmma reads e4m3 tiles from shared memory through matrix descriptors"
+KIND = "ptx"
+KERNEL = "fp8_gemm_wgmma"
+
+BLOCK_M, BLOCK_N = 128, 128  # two math warpgroups of 64 rows each
+THREADS = 2 * 128
+STAGES = 4
+A_TILE, B_TILE, SA_TILE = BLOCK_M * BLOCK_K, BLOCK_N * BLOCK_K, 4 * BLOCK_M
+B_REGION = STAGES * A_TILE  # tiles of one kind are contiguous so every A/B tile stays 1024-byte aligned
+SA_REGION = B_REGION + STAGES * B_TILE
+OPERAND_BYTES = SA_REGION + STAGES * SA_TILE
+SHARED_BYTES = OPERAND_BYTES + 1024  # slack to align the dynamic shared base to 1024 bytes (128B swizzle)
+LOAD_ROWS_PER_PASS = THREADS // 8  # 8 threads x 16 bytes = one 128-byte row
+SMEM = "smem"
+assert staging_bytes(BLOCK_M, BLOCK_N) <= OPERAND_BYTES
+
+
+def load_slot(tid: int, load_pass: int) -> tuple[int, int]:
+    """(tile row, logical 16-byte chunk) thread ``tid`` copies in pass ``load_pass`` (A and B alike)."""
+    return tid // 8 + LOAD_ROWS_PER_PASS * load_pass, tid % 8
+
+
+class _Gen:
+    def __init__(self, m: int, n: int, k: int):
+        self.m, self.n, self.k, self.kb = m, n, k, k // BLOCK_K
+        self.b = KernelBuilder(KERNEL, params=[("u64", "a"), ("u64", "sa"), ("u64", "b"), ("u64", "sb"),
+                                               ("u64", "d"), ("u32", "sa_stride")],
+                               max_threads=THREADS, min_blocks_per_sm=1)
+
+    def r(self, t="u32", hint=None):
+        return self.b.reg(t, hint)
+
+    def emit(self, *lines):
+        self.b.emit(*lines)
+
+    def global_param(self, name):
+        ptr = self.r("u64", "ptr_" + name)
+        self.emit(f"ld.param.u64 {ptr}, [{self.b.param(name)}];", f"cvta.to.global.u64 {ptr}, {ptr};")
+        return ptr
+
+    def setup(self):
+        e, r = self.emit, self.r
+        self.tid, self.m0, self.n0, self.n_block, self.smem = (r(hint=h) for h in ("tid", "m0", "n0", "nblk", "smem"))
+        e(f"mov.u32 {self.tid}, %tid.x;", f"mov.u32 {self.n_block}, %ctaid.x;",
+          f"mul.lo.u32 {self.n0}, {self.n_block}, {BLOCK_N};",
+          f"mov.u32 {self.m0}, %ctaid.y;", f"mul.lo.u32 {self.m0}, {self.m0}, {BLOCK_M};",
+          copy.shared_address_of(self.smem, SMEM),
+          # 128B-swizzled operands must start on a 1024-byte boundary; dynamic smem only promises 16
+          f"add.u32 {self.smem}, {self.smem}, 1023;", f"and.b32 {self.smem}, {self.smem}, -1024;")
+        self.a, self.sa, self.bp = self.global_param("a"), self.global_param("sa"), self.global_param("b")
+        self.sb, self.d = self.global_param("sb"), self.global_param("d")
+        self.sa_stride = r(hint="sa_stride")
+        e(f"ld.param.u32 {self.sa_stride}, [{self.b.param('sa_stride')}];")
+        self.math = MathWarpgroups(self.b, BLOCK_M, BLOCK_N, self.tid)
+
+    # -- loads (threads, cp.async) -----------------------------------------------------------------------
+    def row_sources(self, base: str, first_row: str, rows_total: int) -> list[str]:
+        """Per-pass pointers to this thread's 16-byte chunk; rows past the end are clamped to the last row
+        (their products only reach rows/columns of D that are never stored)."""
+        e, r = self.emit, self.r
+        row, chunk, wide = r(), r(), r("u64")
+        e(f"shr.u32 {row}, {self.tid}, 3;", f"add.u32 {row}, {row}, {first_row};",
+          f"and.b32 {chunk}, {self.tid}, 7;", f"shl.b32 {chunk}, {chunk}, 4;")
+        pointers = []
+        for p in range(BLOCK_M // LOAD_ROWS_PER_PASS):
+            this_row, ptr = r(), r("u64", "src")
+            e(f"add.u32 {this_row}, {row}, {p * LOAD_ROWS_PER_PASS};",
+              f"min.u32 {this_row}, {this_row}, {rows_total - 1};",
+              f"mul.wide.u32 {ptr}, {this_row}, {self.k};", f"add.u64 {ptr}, {ptr}, {base};",
+              f"cvt.u64.u32 {wide}, {chunk};", f"add.u64 {ptr}, {ptr}, {wide};")
+            pointers.append(ptr)
+        return pointers
+
+    def load_setup(self):
+        e, r = self.emit, self.r
+        # destination of this thread's chunk in every pass: row*128 + ((chunk ^ row%8) * 16); passes add
+        # 32 rows (4096 bytes), which keeps row % 8, so one register serves all passes (see sw128_offset)
+        row, chunk, x = r(), r(), r()
+        self.load_dst = r(hint="ld_dst")
+        e(f"shr.u32 {row}, {self.tid}, 3;", f"and.b32 {chunk}, {self.tid}, 7;", f"and.b32 {x}, {row}, 7;",
+          f"xor.b32 {chunk}, {chunk}, {x};", f"shl.b32 {chunk}, {chunk}, 4;",
+          f"shl.b32 {self.load_dst}, {row}, 7;", f"add.u32 {self.load_dst}, {self.load_dst}, {chunk};")
+        self.a_src = self.row_sources(self.a, self.m0, self.m)
+        self.b_src = self.row_sources(self.bp, self.n0, self.n)
+        # activation scales: warp 0 copies the block's 128 scales of a K group (M-major: contiguous), 16 bytes
+        # a lane; cp.async's src-size zero-fills the chunks past M and reads nothing there
+        self.is_scale_loader = r("pred", "p_sa")
+        first, remaining, wide = r(), r("s32"), r("u64")
+        self.sa_bytes, self.sa_src, self.sa_step = r(hint="sa_bytes"), r("u64", "sa_src"), r("u64", "sa_step")
+        e(f"setp.lt.u32 {self.is_scale_loader}, {self.tid}, 32;",
+          f"shl.b32 {first}, {self.tid}, 2;", f"add.u32 {first}, {first}, {self.m0};",
+          f"sub.s32 {remaining}, {self.m}, {first};", f"max.s32 {remaining}, {remaining}, 0;",
+          f"min.s32 {remaining}, {remaining}, 4;", f"shl.b32 {self.sa_bytes}, {remaining}, 2;",
+          f"min.u32 {first}, {first}, {(self.m - 1) // 4 * 4};",
+          f"mul.wide.u32 {wide}, {first}, 4;", f"add.u64 {self.sa_src}, {self.sa}, {wide};",
+          f"mul.wide.u32 {self.sa_step}, {self.sa_stride}, 4;")
+        self.sa_dst = r(hint="sa_dst")
+        e(f"shl.b32 {self.sa_dst}, {self.tid}, 4;")
+        # sb[n_block, g]: one float per K block for the whole CTA (BLOCK_N = 128 = the weights' block)
+        self.sb_src = r("u64", "sb_src")
+        e(f"mul.wide.u32 {wide}, {self.n_block}, {self.kb * 4};", f"add.u64 {self.sb_src}, {self.sb}, {wide};")
+
+    def stage_addresses(self, stage: str | int) -> tuple[str, str, str]:
+        """u32 shared addresses of stage ``stage``'s A tile, B tile and scale tile."""
+        e, r = self.emit, self.r
+        a, b_, s = r(hint="a_tile"), r(hint="b_tile"), r(hint="sa_tile")
+        if isinstance(stage, int):
+            e(f"add.u32 {a}, {self.smem}, {stage * A_TILE};", f"add.u32 {b_}, {self.smem}, {B_REGION + stage * B_TILE};",
+              f"add.u32 {s}, {self.smem}, {SA_REGION + stage * SA_TILE};")
+            return a, b_, s
+        e(f"mad.lo.u32 {a}, {stage}, {A_TILE}, {self.smem};",
+          f"mad.lo.u32 {b_}, {stage}, {B_TILE}, {self.smem};", f"add.u32 {b_}, {b_}, {B_REGION};",
+          f"mad.lo.u32 {s}, {stage}, {SA_TILE}, {self.smem};", f"add.u32 {s}, {s}, {SA_REGION};")
+        return a, b_, s
+
+    def issue_loads(self, stage: str | int, predicate: str | None, scale_predicate: str):
+        """cp.async this thread's share of the next K block into ``stage``; advance the sources."""
+        e, r = self.emit, self.r
+        a_tile, b_tile, sa_tile = self.stage_addresses(stage)
+        for tile, sources in ((a_tile, self.a_src), (b_tile, self.b_src)):
+            dst = r(hint="dst")
+            e(f"add.u32 {dst}, {tile}, {self.load_dst};")
+            for p, ptr in enumerate(sources):
+                e(copy.cp_async_16(dst, ptr, p * LOAD_ROWS_PER_PASS * BLOCK_K, predicate=predicate))
+        sa_dst = r(hint="sa_dst_stage")
+        e(f"add.u32 {sa_dst}, {sa_tile}, {self.sa_dst};",
+          copy.cp_async_16(sa_dst, self.sa_src, 0, src_size=self.sa_bytes, predicate=scale_predicate))
+        for ptr in self.a_src + self.b_src:
+            e(f"add.u64 {ptr}, {ptr}, {BLOCK_K};")
+        e(f"add.u64 {self.sa_src}, {self.sa_src}, {self.sa_step};")
+
+    # -- the K loop ------------------------------------------------------------------------------------------
+    def main_loop(self):
+        e, r, b = self.emit, self.r, self.b
+        b.comment(f"prologue: the first {STAGES - 1} K blocks in flight (empty groups keep the count uniform)")
+        for s in range(STAGES - 1):
+            if s < self.kb:
+                self.issue_loads(s, None, self.is_scale_loader)
+            e(copy.cp_async_commit())
+        kb, ahead, rd, wr = r(hint="kb"), r(hint="ahead"), r(hint="rd"), r(hint="wr")
+        load, load_scales, more, wrap = r("pred"), r("pred"), r("pred"), r("pred")
+        e(f"mov.u32 {kb}, 0;", f"mov.u32 {rd}, 0;", f"mov.u32 {wr}, {STAGES - 1};")
+        top = b.label("k_block")
+        b.place(top)
+        b.comment("block kb has landed (this thread's copies), is visible to wgmma's async proxy (fence) and to "
+                  "every thread (barrier); the stage refilled next was read in iteration kb-1, finished by all")
+        e(copy.cp_async_wait(STAGES - 2), sync.fence_proxy_async(), core.bar_sync(0))
+        e(f"add.u32 {ahead}, {kb}, {STAGES - 1};", f"setp.lt.u32 {load}, {ahead}, {self.kb};",
+          f"and.pred {load_scales}, {load}, {self.is_scale_loader};")
+        self.issue_loads(wr, load, load_scales)
+        e(copy.cp_async_commit())
+        sb_value = r("f32", "sb")
+        e(f"ld.global.nc.f32 {sb_value}, [{self.sb_src}];", f"add.u64 {self.sb_src}, {self.sb_src}, 4;")
+        self.math.k_block(*self.stage_addresses(rd), sb_value)
+        for stage in (rd, wr):
+            e(f"add.u32 {stage}, {stage}, 1;", f"setp.eq.u32 {wrap}, {stage}, {STAGES};",
+              f"selp.u32 {stage}, 0, {stage}, {wrap};")
+        e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {self.kb};", f"@{more} bra {top};")
+
+    def build(self) -> str:
+        self.setup()
+        self.load_setup()
+        self.main_loop()
+        self.b.comment("epilogue: every warpgroup is done with the operand tiles, so they become the staging tile")
+        self.emit(copy.cp_async_wait(0), core.bar_sync(0))
+        self.math.store(self.smem, self.d, self.m0, self.n0, self.m, self.n)
+        return module([self.b], extra_globals=copy.dynamic_shared_declaration(SMEM, align=1024))
+
+
+def _check_shape(m: int, n: int, k: int) -> None:
+    if min(m, n, k) <= 0 or k % BLOCK_K:
+        raise ValueError(f"stage 05 needs M, N > 0 and K a positive multiple of {BLOCK_K}, got {m}x{n}x{k}")
+    if m * k >= 2**32 or n * k >= 2**32 or 2 * m * n >= 2**32:
+        raise ValueError(f"stage 05 addresses rows with 32-bit products: {m}x{n}x{k} is too large")
+
+
+@functools.lru_cache(maxsize=None)
+def generate(m: int, n: int, k: int) -> str:
+    """The PTX text of the kernel specialized for (M, N, K)."""
+    _check_shape(m, n, k)
+    return _Gen(m, n, k).build()
+
+
+def grid(m: int, n: int) -> tuple[int, int, int]:
+    return ceil_div(n, BLOCK_N), ceil_div(m, BLOCK_M), 1
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(m: int, n: int, k: int):
+    from ptx.compile import compile_ptx
+    from ptx.runtime import load_kernel
+    return load_kernel(compile_ptx(generate(m, n, k)), KERNEL)
+
+
+def gemm(a, sa, b, sb, d, stream=None) -> None:
+    """D = (A*sA)(B*sB)^T, BF16 out (contract in gemm.fp8); asynchronous on ``stream``."""
+    from gemm.validate import check_gemm_args
+    args = check_gemm_args(a, sa, b, sb, d)
+    kernel = _kernel(args.m, args.n, args.k)
+    kernel.launch(grid(args.m, args.n), THREADS,
+                  [args.a.ptr, args.sa.ptr, args.b.ptr, args.sb.ptr, args.d.ptr, np.uint32(args.sa_stride)],
+                  shared_bytes=SHARED_BYTES, stream=stream)

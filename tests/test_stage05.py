@@ -1,0 +1,194 @@
+"""Stage 05 (wgmma): assembles for sm_90a without spills and with QGMMA (CPU), runs correctly in the CPU
+emulator of tests/wgmma_emulator.py (CPU), and matches the float64 reference on an H100 (GPU): an exact
+one-block debug case first, then all 18 DeepSeek shapes and ragged shapes with NaN-poisoned outputs."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lessons
+from gemm.fp8 import BF16, E4M3, align, bf16_to_float, calc_diff, random_problem, reference_gemm
+from ptx.vocab import wgmma as w
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/ptx_emulator.py
+
+stage = lessons.stage(5)
+
+DEEPSEEK_SHAPES = [(m, n, k) for m in (64, 128, 4096) for (n, k) in
+                   ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
+RAGGED_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 2112, 512), (100, 2111, 256), (300, 136, 384)]
+ASSEMBLY_SHAPES = [(4096, 4096, 7168), (4096, 7168, 16384), (64, 7168, 16384), (100, 2112, 512)]
+BF16_NAN = 0x7FC0
+
+
+# ------------------------------------------------------------------------------ helpers (stage 06 uses them too)
+def assemble(module, m, n, k):
+    from ptx.compile import compile_ptx
+    from ptx.sass import disassemble
+    cubin = compile_ptx(module.generate(m, n, k))
+    return cubin, disassemble(cubin)
+
+
+def assert_clean_resources(cubin, kernel):
+    res = cubin.resources[kernel]
+    assert (res.spill_stores, res.spill_loads, res.stack_frame, res.local_bytes) == (0, 0, 0, 0), res
+    assert res.registers <= 255
+
+
+def small_integer_problem(m, n, k, rng):
+    """Integers in [-4, 4] (exact in e4m3), scales 1/2, 1, 2: every partial and total is exact in FP32, so
+    the only rounding is the final BF16 one, as in the reference: D must match bit for bit."""
+    kb = k // 128
+    a = rng.integers(-4, 5, (m, k)).astype(np.float32).astype(E4M3)
+    b = rng.integers(-4, 5, (n, k)).astype(np.float32).astype(E4M3)
+    sa = np.exp2(rng.integers(-1, 2, (m, kb))).astype(np.float32)
+    sb = np.exp2(rng.integers(-1, 2, (-(-n // 128), kb))).astype(np.float32)
+    return a, sa, b, sb
+
+
+def describe_mismatch(got, want):
+    bad = np.argwhere(~(got == want))
+    rows, cols = bad[:, 0], bad[:, 1]
+    return (f"{len(bad)} of {got.size} wrong; first {bad[:5].tolist()}; row%64 hit {np.unique(rows % 64).tolist()[:20]}, "
+            f"col%8 hit {np.unique(cols % 8).tolist()}, (warp = row%64//16, col//8) "
+            f"{sorted({(int(r) % 64 // 16, int(c) // 8) for r, c in bad[:200]})[:20]}")
+
+
+def assert_exact(got, problem):
+    want = reference_gemm(*problem).astype(np.float32).astype(BF16).astype(np.float32)
+    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
+    assert np.array_equal(got, want), describe_mismatch(got, want)
+
+
+def sa_storage(sa, m):
+    """The bytes of the M-major, M-padded-to-4 scale layout: physical (Kb, align(M, 4))."""
+    storage = np.zeros((sa.shape[1], align(m, 4)), np.float32)
+    storage[:, :m] = np.asarray(sa).T
+    return storage
+
+
+def run_on_gpu(module, a, sa, b, sb):
+    """The ladder's device layout (Numba arrays, sa M-major padded to 4), D poisoned with NaN first."""
+    from numba import cuda
+    from lessons.ladder import device_problem
+    problem = device_problem(a, sa, b, sb)
+    problem.d.copy_to_device(np.full(problem.d.shape, BF16_NAN, np.uint16))
+    module.gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)
+    cuda.synchronize()
+    return bf16_to_float(problem.d.copy_to_host())
+
+
+def check_against_reference(got, a, sa, b, sb, rng):
+    m = a.shape[0]
+    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
+    rows = np.sort(rng.choice(m, size=min(m, 256), replace=False))
+    diff = calc_diff(got[rows], reference_gemm(a[rows], sa[rows], b, sb))
+    assert diff < 1e-3, f"diff {diff:.3g}"
+
+
+# ------------------------------------------------------------------------------ CPU: assembly and SASS
+@pytest.mark.parametrize("m, n, k", ASSEMBLY_SHAPES)
+def test_assembles_without_spills_and_uses_qgmma(m, n, k):
+    cubin, sass = assemble(stage, m, n, k)
+    assert_clean_resources(cubin, stage.KERNEL)
+    qgmma = [i.text for i in sass if i.opcode == "QGMMA"]
+    assert qgmma and all("QGMMA.64x128x32.F32.E4M3.E4M3" in text for text in qgmma), qgmma[:2]
+    assert not [i for i in sass if i.opcode in ("HMMA", "LDSM")]  # no mma.sync/ldmatrix path left
+    assert any(i.opcode == "LDGSTS" for i in sass)  # loads are still thread-issued cp.async
+
+
+def test_k_must_be_a_multiple_of_128():
+    with pytest.raises(ValueError, match="multiple of 128"):
+        stage.generate(128, 128, 200)
+
+
+def test_thread_copies_land_in_the_canonical_128b_swizzled_layout():
+    # the PTX computes (tid//8)*128 + ((tid%8) ^ (tid//8 % 8))*16 + pass*4096 (load_setup / issue_loads)
+    for tid in range(stage.THREADS):
+        for p in range(stage.BLOCK_M // stage.LOAD_ROWS_PER_PASS):
+            row, chunk = stage.load_slot(tid, p)
+            ptx_offset = (tid // 8) * 128 + (((tid % 8) ^ ((tid // 8) % 8)) * 16) + p * 4096
+            assert ptx_offset == w.sw128_offset(row, 16 * chunk)
+
+
+def test_shared_memory_plan_keeps_tiles_aligned():
+    assert stage.A_TILE % 1024 == 0 and stage.B_TILE % 1024 == 0 and stage.B_REGION % 1024 == 0
+    assert stage.SA_REGION % 16 == 0 and stage.SHARED_BYTES <= 227 * 1024
+
+
+class RecordingKernel:
+    """Stands in for ptx.runtime.Kernel on the CPU: records what gemm() would launch."""
+
+    def __init__(self):
+        self.launches = []
+
+    def launch(self, grid, block, args, *, shared_bytes=0, cluster=None, stream=None):
+        self.launches.append(dict(grid=grid, block=block, args=list(args), shared_bytes=shared_bytes, stream=stream))
+
+
+def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
+    from ptx.runtime import parse_params
+    m, n, k = 100, 2112, 512
+    a, sa, b, sb = random_problem(m, n, k, rng)  # sa: M-major view of (Kb, align(M, 4)) storage
+    d = np.zeros((m, n), np.uint16)
+    kernel = RecordingKernel()
+    monkeypatch.setattr(stage, "_kernel", lambda *shape: kernel)
+    stage.gemm(a, sa, b, sb, d, stream=7)
+    (call,) = kernel.launches
+    assert call["grid"] == stage.grid(m, n) == (17, 1, 1) and call["block"] == stage.THREADS
+    assert call["shared_bytes"] == stage.SHARED_BYTES and call["stream"] == 7
+    pointers = [x.__array_interface__["data"][0] for x in (a, sa, b, sb, d)]
+    assert call["args"] == [*pointers, align(m, 4)]
+    assert [t for t, _ in parse_params(stage.generate(m, n, k), stage.KERNEL)] == ["u64"] * 5 + ["u32"]
+
+
+# ------------------------------------------------------------------------------ CPU: the PTX, emulated
+def emulate(module, a, sa, b, sb):
+    from wgmma_emulator import run_kernel
+    m, k = a.shape
+    n = b.shape[0]
+    d = np.full((m, n), BF16_NAN, np.uint16)
+    run_kernel(module.generate(m, n, k), module.KERNEL, module.grid(m, n), module.THREADS, module.SHARED_BYTES,
+               dict(a=np.ascontiguousarray(a).view(np.uint8), sa=sa_storage(sa, m),
+                    b=np.ascontiguousarray(b).view(np.uint8), sb=np.ascontiguousarray(sb, np.float32), d=d,
+                    sa_stride=align(m, 4)))
+    return bf16_to_float(d)
+
+
+@pytest.mark.parametrize("m, n, k", [(128, 128, 384), (100, 136, 256), (1, 8, 128)])
+def test_emulated_kernel_is_exact_on_small_integers(m, n, k, rng):
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(emulate(stage, *problem), problem)
+
+
+@pytest.mark.parametrize("m, n, k", [(70, 257, 640), (130, 130, 128)])
+def test_emulated_kernel_matches_reference(m, n, k, rng):
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    got = emulate(stage, a, sa, b, sb)
+    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
+    assert calc_diff(got, reference_gemm(a, sa, b, sb)) < 1e-5
+
+
+# ------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(128, 128, 128), (64, 64, 128), (128, 128, 640), (100, 136, 256)])
+def test_debug_exact_small_integers(m, n, k, rng):
+    """One block first: bit-exact against the BF16-rounded reference; a failure names rows/cols/warps."""
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_on_gpu(stage, *problem), problem)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", RAGGED_SHAPES)
+def test_ragged_shapes_match_reference(m, n, k, rng):
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    check_against_reference(run_on_gpu(stage, a, sa, b, sb), a, sa, b, sb, rng)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("m, n, k", DEEPSEEK_SHAPES)
+def test_deepseek_shapes_match_reference(m, n, k, rng):
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    check_against_reference(run_on_gpu(stage, a, sa, b, sb), a, sa, b, sb, rng)
