@@ -1,0 +1,60 @@
+"""Stage 01, naive: one thread per output element, DeepGEMM's per-group promotion from the start.
+
+The one idea: the FP8 GEMM contract itself. Thread (m, n) walks K in groups of 128; inside a group it
+sums decoded e4m3 products in an FP32 ``partial``, then adds ``partial * sa[m, g] * sb[n // 128, g]`` to the
+FP32 ``total`` (DeepGEMM's "promotion": the scales are applied once per group, not per product), and
+finally rounds ``total`` to BF16.
+
+What changed vs the previous stage: this is the first GEMM stage (stage 00 only dequantizes).
+
+Why it is slow: every thread re-reads its whole row of A and column of B from memory (reused only
+through the L1/L2 caches), and decodes every FP8 byte again for every product: two decodes of about ten
+integer instructions each per FFMA. A warp's 32 threads read B from 32 different rows (the NT layout has
+K contiguous), so each of its byte loads touches 32 cache lines.
+
+Measured: (to be filled from results/ladder.json)
+"""
+from numba import cuda
+
+from gemm.validate import check_gemm_args
+from lessons.numba_fp8 import GROUP, e4m3_to_f32, f32_to_bf16_bits, float32, kernel_array, launch_stream
+
+IDEA = "one thread per output; FP32 partial per 128-wide K group, scaled by sa*sb and added to the total"
+KIND = "numba"
+
+BLOCK_N = 32  # threads along N: a warp writes 32 consecutive outputs of one row
+BLOCK_M = 8
+
+
+@cuda.jit
+def naive_kernel(a, sa, b, sb, d, m_size, n_size, groups):
+    n = cuda.blockIdx.x * BLOCK_N + cuda.threadIdx.x
+    m = cuda.blockIdx.y * BLOCK_M + cuda.threadIdx.y
+    if m >= m_size or n >= n_size:
+        return
+    total = float32(0.0)
+    for g in range(groups):
+        partial = float32(0.0)
+        k = g * GROUP
+        while k < (g + 1) * GROUP:  # `while`, not `for ... range`: see numba_fp8.py (loops)
+            partial += e4m3_to_f32(a[m, k]) * e4m3_to_f32(b[n, k])
+            k += 1
+        total += partial * (sa[m, g] * sb[n // GROUP, g])
+    d[m, n] = f32_to_bf16_bits(total)
+
+
+KERNEL = naive_kernel
+OPERAND_DTYPE = "u1"  # how the kernel reads the FP8 bytes of A and B
+
+
+def launch_config(m: int, n: int):
+    return (-(-n // BLOCK_N), -(-m // BLOCK_M)), (BLOCK_N, BLOCK_M)
+
+
+def gemm(a, sa, b, sb, d, stream=None):
+    """D = (A*sA)(B*sB)^T, BF16; see lessons/__init__.py for the contract. Asynchronous."""
+    args = check_gemm_args(a, sa, b, sb, d)
+    grid, block = launch_config(args.m, args.n)
+    naive_kernel[grid, block, launch_stream(stream)](
+        kernel_array(args.a, OPERAND_DTYPE), kernel_array(args.sa, "f4"), kernel_array(args.b, OPERAND_DTYPE),
+        kernel_array(args.sb, "f4"), kernel_array(args.d, "u2"), args.m, args.n, args.k // GROUP)
