@@ -300,7 +300,13 @@ def utc_now() -> str:
 def command_line(module: str) -> str:
     """The command that produced a result, as a user would retype it."""
     import shlex
-    return shlex.join(["python", "-m", module, *sys.argv[1:]])
+    args, skip = [], False
+    for arg in sys.argv[1:]:  # --out only says where this run's files went; the default is results/
+        if skip or arg == "--out" or arg.startswith("--out="):
+            skip = arg == "--out"
+            continue
+        args.append(arg)
+    return shlex.join(["python", "-m", module, *args])
 
 
 def write_result(path, *, command: str, rows: list[dict], device: dict | None = None, **extra) -> dict:
