@@ -20,7 +20,7 @@ instruction each, widens to f32, multiplies by its group's scale and packs pairs
 32 bytes with two 16-byte stores. ``y`` is bit-identical to NumPy's ``(e4m3 -> f32) * s`` rounded to BF16.
 
 What changed vs the previous stage: there is none; stage 01 (Numba) starts the GEMM ladder.
-Measured: (to be filled from results/ladder.json)
+Measured: not a ladder stage (no GEMM); its GPU test checks it bit for bit against NumPy.
 """
 from __future__ import annotations
 

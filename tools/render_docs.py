@@ -69,6 +69,29 @@ def _missing(command: str, name: str) -> str:
             "then `python tools/render_docs.py`._")
 
 
+def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
+    """Each ladder stage's docstring line "Measured: ..." rewritten from the ladder result."""
+    m, n, k = (result["shape"][key] for key in ("m", "n", "k")) if isinstance(result["shape"], dict) \
+        else result["shape"]
+    rendered = {}
+    for row in result["rows"]:
+        number = row.get("stage")
+        if not isinstance(number, int) or row.get("status") != "ok":
+            continue
+        matches = sorted(lessons_dir.glob(f"{number:02d}_*.py"))
+        if not matches:
+            continue
+        speedup = row.get("speedup")
+        versus = f", {speedup:.2f}x stage {number - 1:02d}" if isinstance(speedup, (int, float)) else ""
+        line = (f"Measured: {row['tflops']:.3g} TFLOP/s at M={m} N={n} K={k} on {result['device']['name']}"
+                f"{versus} (results/ladder.json, `python -m lessons ladder`).")
+        text = matches[0].read_text()
+        new = re.sub(r"^Measured:.*$", line, text, count=1, flags=re.MULTILINE)
+        if new != text:
+            rendered[matches[0]] = new
+    return rendered
+
+
 def render(results: Path, docs: Path) -> dict[Path, str]:
     """The new text of every doc in ``docs`` that holds a results block."""
     ladder_json, bench_json = results / "ladder.json", results / "gemm_bench.json"
@@ -79,6 +102,8 @@ def render(results: Path, docs: Path) -> dict[Path, str]:
         if bench_json.exists() else _missing("python -m gemm.bench", "gemm_bench.json"),
     }
     rendered = {}
+    if ladder_json.exists():
+        rendered.update(measured_lines(read_result(ladder_json), ROOT / "lessons"))
     for doc in sorted(docs.glob("*.md")):
         text = original = doc.read_text()
         for name, content in blocks.items():
