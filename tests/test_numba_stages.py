@@ -15,8 +15,6 @@ from numba import cuda  # conftest.py has chosen the simulator or the GPU by now
 
 NUMBA_STAGES = [1, 2, 3]
 BF16_NAN = 0x7FC0
-DEEPSEEK_SHAPES = [(m, n, k) for m in (64, 128, 4096) for (n, k) in
-                   ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
 RAGGED_GPU_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 4096, 1024), (130, 130, 128), (4095, 7168, 2048)]
 
 
@@ -145,7 +143,7 @@ def test_bad_arguments_are_named(number, rng):
 # --------------------------------------------------------------------------------------------- GPU
 def _gpu_shape_params():
     params = []
-    for shape in DEEPSEEK_SHAPES + RAGGED_GPU_SHAPES:
+    for shape in RAGGED_GPU_SHAPES:  # the 18 DeepSeek shapes: tests/test_deepseek_shapes.py
         marks = [pytest.mark.gpu] + ([pytest.mark.slow] if shape[0] >= 4000 else [])  # host side: seconds
         params.append(pytest.param(*shape, marks=marks))
     return params

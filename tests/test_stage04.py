@@ -17,8 +17,6 @@ from ptx.vocab import mma as v
 stage = lessons.stage(4)
 sys.path.insert(0, str(Path(__file__).parent))  # tests/ptx_emulator.py
 
-DEEPSEEK_SHAPES = [(m, n, k) for m in (64, 128, 4096) for (n, k) in
-                   ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
 RAGGED_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 2112, 512), (100, 2111, 256), (300, 136, 384)]
 BF16_NAN = 0x7FC0
 
@@ -287,8 +285,7 @@ def test_debug_exact_small_integers(m, n, k, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m, n, k", [pytest.param(*shape, marks=pytest.mark.slow) if shape[0] == 4096 else shape
-                                     for shape in DEEPSEEK_SHAPES] + RAGGED_SHAPES)
+@pytest.mark.parametrize("m, n, k", RAGGED_SHAPES)  # the 18 DeepSeek shapes: tests/test_deepseek_shapes.py
 def test_matches_reference(m, n, k, rng):
     a, sa, b, sb = random_problem(m, n, k, rng)
     got = _run(a, sa, b, sb)

@@ -92,7 +92,7 @@ def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
     return rendered
 
 
-def render(results: Path, docs: Path) -> dict[Path, str]:
+def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path, str]:
     """The new text of every doc in ``docs`` that holds a results block."""
     ladder_json, bench_json = results / "ladder.json", results / "gemm_bench.json"
     blocks = {
@@ -102,8 +102,8 @@ def render(results: Path, docs: Path) -> dict[Path, str]:
         if bench_json.exists() else _missing("python -m gemm.bench", "gemm_bench.json"),
     }
     rendered = {}
-    if ladder_json.exists():
-        rendered.update(measured_lines(read_result(ladder_json), ROOT / "lessons"))
+    if ladder_json.exists() and lessons is not None:
+        rendered.update(measured_lines(read_result(ladder_json), lessons))
     for doc in sorted(docs.glob("*.md")):
         text = original = doc.read_text()
         for name, content in blocks.items():
@@ -118,10 +118,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--results", type=Path, default=ROOT / "results")
     parser.add_argument("--docs", type=Path, default=ROOT / "docs")
+    parser.add_argument("--lessons", type=Path, default=None,
+                        help="folder of stage modules whose 'Measured:' line to rewrite (default: lessons/ "
+                             "when --results is the default)")
     parser.add_argument("--check", action="store_true", help="only report docs that are out of date")
     args = parser.parse_args(argv)
     stale = []
-    for doc, text in render(args.results, args.docs).items():
+    lessons = args.lessons or (ROOT / "lessons" if args.results == ROOT / "results" else None)
+    for doc, text in render(args.results, args.docs, lessons).items():
         if doc.read_text() != text:
             stale.append(doc)
             if not args.check:
