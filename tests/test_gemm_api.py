@@ -140,3 +140,19 @@ def test_first_call_compiles_fast_and_second_call_compiles_nothing(tmp_path):
     print(result.stdout)
     assert first < 2.0, f"first call (generate + assemble + load) took {first:.2f} s"
     assert second < 0.05, f"second call took {second:.3f} s: it should only launch"
+
+
+@pytest.mark.gpu
+def test_fp8_gemm_nt_cupy_arrays(rng):
+    """CuPy has no FP8 or BF16 dtype: e4m3 bytes as uint8 and BF16 bits as uint16, zero-copy."""
+    cp = pytest.importorskip("cupy")
+    m, n, k = 200, 2112, 512
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    storage = cp.zeros((sa.shape[1], 200), dtype=cp.float32)
+    storage[:, :m] = cp.asarray(np.ascontiguousarray(sa.T))
+    out = cp.full((m, n), BF16_NAN, dtype=cp.uint16)
+    gemm.fp8_gemm_nt((cp.asarray(a.view(np.uint8)), storage[:, :m].T), (cp.asarray(b.view(np.uint8)),
+                     cp.asarray(sb)), out)
+    got = gemm.fp8.bf16_to_float(cp.asnumpy(out))
+    assert not np.isnan(got).any()
+    assert calc_diff(got, reference_gemm(a, sa, b, sb)) < 1e-3
