@@ -363,6 +363,11 @@ def _kernel(m: int, n: int, k: int):
     return load_kernel(compile_ptx(generate(m, n, k)), KERNEL)
 
 
+def shared_bytes(m: int, n: int, k: int) -> int:
+    """Dynamic shared memory the kernel for (M, N, K) launches with."""
+    return SHARED_BYTES
+
+
 def gemm(a, sa, b, sb, d, stream=None) -> None:
     """D = (A*sA)(B*sB)^T, BF16 out (contract in gemm.fp8); asynchronous on ``stream``."""
     from gemm.validate import check_gemm_args

@@ -276,6 +276,11 @@ def _tensor_maps(a_ptr: int, b_ptr: int, sa_ptr: int, m: int, n: int, k: int, sa
                  for name, ptr in (("tmap_a", a_ptr), ("tmap_b", b_ptr), ("tmap_sa", sa_ptr)))
 
 
+def shared_bytes(m: int, n: int, k: int) -> int:
+    """Dynamic shared memory the kernel for (M, N, K) launches with."""
+    return Plan(m, n, k).shared_bytes
+
+
 def gemm(a, sa, b, sb, d, stream=None) -> None:
     """D = (A*sA)(B*sB)^T, BF16 out (contract in gemm.fp8); asynchronous on ``stream``."""
     from gemm.validate import check_gemm_args

@@ -39,7 +39,9 @@ def ptx_report(module, m: int, n: int, k: int) -> dict:
     assembled = time.perf_counter() - started
     instructions = disassemble(cubin)
     kernels = {name: {f: getattr(res, f, None) for f in RESOURCE_FIELDS} for name, res in cubin.resources.items()}
+    dynamic = module.shared_bytes(m, n, k) if hasattr(module, "shared_bytes") else 0
     return {"kind": "ptx", "shape": [m, n, k], "arch": getattr(cubin, "arch", "sm_90a"), "kernels": kernels,
+            "dynamic_shared_bytes": dynamic,
             "instructions": len(instructions), "opcodes": key_opcode_counts(opcode_counts(instructions)),
             "assemble_seconds": assembled}
 
@@ -79,7 +81,9 @@ def format_ptx_report(report: dict) -> str:
         lines.append("  " + ", ".join(f"{f} {res[f]}" for f in RESOURCE_FIELDS if res.get(f) is not None))
         if res.get("spill_stores") or res.get("spill_loads") or res.get("local_bytes"):
             lines.append("  WARNING: spills or local memory: registers are not enough for this tiling")
-    lines.append("  (shared_bytes is the static allocation; dynamic shared memory is set at launch)")
+    dynamic = report.get("dynamic_shared_bytes", 0)
+    lines.append(f"  dynamic shared memory at launch: {dynamic} bytes ({dynamic / 1024:.1f} KiB); "
+                 "shared_bytes above is the static allocation")
     shown = {op: c for op, c in report["opcodes"].items() if c}
     lines.append(f"SASS: {report['instructions']} instructions; key opcodes: "
                  + (", ".join(f"{op} {c}" for op, c in shown.items()) or "none"))

@@ -34,7 +34,7 @@ COLUMNS = [
 CPU_COLUMNS = [
     Column("label", "stage", align="left"), Column("kind", "kind", align="left"),
     Column("diff", "diff (sim)", "{:.1e}"), Column("registers", "regs"), Column("spills", "spills"),
-    Column("shared_bytes", "static smem"), Column("opcodes", "key SASS opcodes", align="left"),
+    Column("shared_bytes", "smem bytes"), Column("opcodes", "key SASS opcodes", align="left"),
     Column("status", "status", align="left"),
 ]
 
@@ -211,7 +211,7 @@ def describe_without_gpu(number: int, sim_shape, ptx_shape) -> dict:
             kernels = list(report["kernels"].values())
             row.update(registers=max(r["registers"] or 0 for r in kernels),
                        spills=sum((r["spill_stores"] or 0) + (r["spill_loads"] or 0) for r in kernels),
-                       shared_bytes=max(r["shared_bytes"] or 0 for r in kernels),
+                       shared_bytes=max(r["shared_bytes"] or 0 for r in kernels) + report["dynamic_shared_bytes"],
                        opcodes=" ".join(f"{op}:{c}" for op, c in report["opcodes"].items() if c),
                        status=f"assembled ({'x'.join(map(str, ptx_shape))})")
         else:
