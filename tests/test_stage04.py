@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import lessons
-from gemm.fp8 import BF16, E4M3, align, bf16_to_float, calc_diff, random_problem, reference_gemm
+from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_gemm
 from ptx.vocab import mma as v
 
 stage = lessons.stage(4)
-sys.path.insert(0, str(Path(__file__).parent))  # tests/ptx_emulator.py
-
-RAGGED_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 2112, 512), (100, 2111, 256), (300, 136, 384)]
-BF16_NAN = 0x7FC0
+sys.path.insert(0, str(Path(__file__).parent))  # tests/ptx_emulator.py, tests/tc_checks.py
+from tc_checks import (BF16_NAN, RAGGED_SHAPES, assert_exact, assert_graph_replay,  # noqa: E402
+                       assert_no_unwritten, check_against_reference, mma_sync_places, run_on_gpu, sa_storage,
+                       small_integer_problem)
 
 
 # ------------------------------------------------------------------------------ layouts vs the PTX ISA
@@ -208,42 +208,14 @@ def test_stage_contract():
 
 
 # ------------------------------------------------------------------------------ the PTX text, run on the CPU
-def _small_integer_problem(m, n, k, rng):
-    """Integers in [-4, 4] (exact in e4m3) and scales 1/2, 1, 2: every partial and total is exact in FP32
-    (multiples of 1/4 below 2^15), so the only rounding is the final BF16 one, as in the reference."""
-    kb = k // 128
-    a = rng.integers(-4, 5, (m, k)).astype(np.float32).astype(E4M3)
-    b = rng.integers(-4, 5, (n, k)).astype(np.float32).astype(E4M3)
-    sa = np.exp2(rng.integers(-1, 2, (m, kb))).astype(np.float32)
-    sb = np.exp2(rng.integers(-1, 2, (-(-n // 128), kb))).astype(np.float32)
-    return a, sa, b, sb
-
-
-def _assert_exact(got, problem):
-    want = reference_gemm(*problem).astype(np.float32).astype(BF16).astype(np.float32)
-    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
-    assert np.array_equal(got, want), _describe_mismatch(got, want)
-
-
-def _describe_mismatch(got, want):
-    bad = np.argwhere(~(got == want))
-    rows, cols = bad[:, 0], bad[:, 1]
-    return (f"{len(bad)} of {got.size} wrong; first {bad[:5].tolist()}; "
-            f"row%16 hit {np.unique(rows % 16).tolist()}, col%8 hit {np.unique(cols % 8).tolist()}, "
-            f"warps (row//64, col//32) {sorted({(int(r) // 64 % 2, int(c) // 32 % 4) for r, c in bad[:200]})}")
-
-
 def _emulate(a, sa, b, sb):
     """Run the generated PTX in tests/ptx_emulator.py; returns D as float32 (NaN where never written)."""
     from ptx_emulator import run_kernel
     m, k = a.shape
     n = b.shape[0]
-    kb = k // 128
-    sa_storage = np.zeros((kb, align(m, 4)), np.float32)  # M-major, M padded to 4: the real layout's bytes
-    sa_storage[:, :m] = np.asarray(sa).T
     d = np.full((m, n), BF16_NAN, np.uint16)
     run_kernel(stage.generate(m, n, k), stage.KERNEL, stage.grid(m, n), stage.THREADS, stage.SHARED_BYTES,
-               dict(a=np.ascontiguousarray(a).view(np.uint8), sa=sa_storage,
+               dict(a=np.ascontiguousarray(a).view(np.uint8), sa=sa_storage(sa, m),  # the real layout's bytes
                     b=np.ascontiguousarray(b).view(np.uint8), sb=np.ascontiguousarray(sb, np.float32), d=d,
                     sa_stride=align(m, 4)))
     return bf16_to_float(d)
@@ -253,68 +225,33 @@ def _emulate(a, sa, b, sb):
 def test_emulated_kernel_matches_reference(m, n, k, rng):
     a, sa, b, sb = random_problem(m, n, k, rng)
     got = _emulate(a, sa, b, sb)
-    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
+    assert_no_unwritten(got)
     assert calc_diff(got, reference_gemm(a, sa, b, sb)) < 1e-5
 
 
 @pytest.mark.parametrize("m, n, k", [(128, 128, 384), (100, 136, 256)])
 def test_emulated_kernel_is_exact_on_small_integers(m, n, k, rng):
-    problem = _small_integer_problem(m, n, k, rng)
-    _assert_exact(_emulate(*problem), problem)
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(_emulate(*problem), problem, mma_sync_places)
 
 
 # ------------------------------------------------------------------------------ GPU
-def _run(a, sa, b, sb):
-    """The ladder's device layout (Numba arrays, sa M-major padded to 4), D poisoned with NaN first."""
-    from numba import cuda
-    from lessons.ladder import device_problem
-    problem = device_problem(a, sa, b, sb)
-    problem.d.copy_to_device(np.full(problem.d.shape, BF16_NAN, np.uint16))
-    stage.gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)
-    cuda.synchronize()
-    return bf16_to_float(problem.d.copy_to_host())
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k", [(128, 128, 128), (128, 128, 384), (100, 136, 256)])
 def test_debug_exact_small_integers(m, n, k, rng):
     """One block first: D must equal the BF16-rounded float64 reference bit for bit; a failure names the
     fragment rows/columns (row % 16, col % 8) and warps that are off."""
-    problem = _small_integer_problem(m, n, k, rng)
-    _assert_exact(_run(*problem), problem)
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_on_gpu(stage, *problem), problem, mma_sync_places)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k", RAGGED_SHAPES)  # the 18 DeepSeek shapes: tests/test_deepseek_shapes.py
 def test_matches_reference(m, n, k, rng):
     a, sa, b, sb = random_problem(m, n, k, rng)
-    got = _run(a, sa, b, sb)
-    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
-    rows = np.sort(rng.choice(m, size=min(m, 256), replace=False))
-    diff = calc_diff(got[rows], reference_gemm(a[rows], sa[rows], b, sb))
-    assert diff < 1e-3, f"diff {diff:.3g}"
+    check_against_reference(run_on_gpu(stage, a, sa, b, sb), a, sa, b, sb, rng)
 
 
 @pytest.mark.gpu
 def test_second_call_replays_in_a_cuda_graph(rng):
-    torch = pytest.importorskip("torch")
-    import gemm
-    m, n, k = 256, 384, 512
-    a, sa, b, sb = random_problem(m, n, k, rng)
-    to = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
-    ta, tb = to(a.view(np.uint8)), to(b.view(np.uint8))
-    tsa, tsb = gemm.get_mn_major_tma_aligned_tensor(to(np.ascontiguousarray(sa))), to(sb)
-    out = torch.empty((m, n), dtype=torch.int16, device="cuda")
-    stage.gemm(ta, tsa, tb, tsb, out.view(torch.bfloat16))  # first call: compile and load
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        stage.gemm(ta, tsa, tb, tsb, out.view(torch.bfloat16), stream=torch.cuda.current_stream().cuda_stream)
-    out.fill_(BF16_NAN)
-    graph.replay()
-    torch.cuda.synchronize()
-    got = out.view(torch.bfloat16).float().cpu().numpy()
-    assert not np.isnan(got).any()
-    assert calc_diff(got, reference_gemm(a, sa, b, sb)) < 1e-3
-
-
+    assert_graph_replay(stage, rng)

@@ -8,81 +8,15 @@ import numpy as np
 import pytest
 
 import lessons
-from gemm.fp8 import BF16, E4M3, align, bf16_to_float, calc_diff, random_problem, reference_gemm
+from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_gemm
 from ptx.vocab import wgmma as w
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/ptx_emulator.py
+sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/ptx_emulator.py, tests/tc_checks.py
+from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel,  # noqa: E402
+                       assemble, assert_clean_resources, assert_exact, assert_no_unwritten, check_against_reference,
+                       run_on_gpu, sa_storage, small_integer_problem)
 
 stage = lessons.stage(5)
-
-RAGGED_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 2112, 512), (100, 2111, 256), (300, 136, 384)]
-ASSEMBLY_SHAPES = [(4096, 4096, 7168), (4096, 7168, 16384), (64, 7168, 16384), (100, 2112, 512)]
-BF16_NAN = 0x7FC0
-
-
-# ------------------------------------------------------------------------------ helpers (stage 06 uses them too)
-def assemble(module, m, n, k):
-    from ptx.compile import compile_ptx
-    from ptx.sass import disassemble
-    cubin = compile_ptx(module.generate(m, n, k))
-    return cubin, disassemble(cubin)
-
-
-def assert_clean_resources(cubin, kernel):
-    res = cubin.resources[kernel]
-    assert (res.spill_stores, res.spill_loads, res.stack_frame, res.local_bytes) == (0, 0, 0, 0), res
-    assert res.registers <= 255
-
-
-def small_integer_problem(m, n, k, rng):
-    """Integers in [-4, 4] (exact in e4m3), scales 1/2, 1, 2: every partial and total is exact in FP32, so
-    the only rounding is the final BF16 one, as in the reference: D must match bit for bit."""
-    kb = k // 128
-    a = rng.integers(-4, 5, (m, k)).astype(np.float32).astype(E4M3)
-    b = rng.integers(-4, 5, (n, k)).astype(np.float32).astype(E4M3)
-    sa = np.exp2(rng.integers(-1, 2, (m, kb))).astype(np.float32)
-    sb = np.exp2(rng.integers(-1, 2, (-(-n // 128), kb))).astype(np.float32)
-    return a, sa, b, sb
-
-
-def describe_mismatch(got, want):
-    bad = np.argwhere(~(got == want))
-    rows, cols = bad[:, 0], bad[:, 1]
-    return (f"{len(bad)} of {got.size} wrong; first {bad[:5].tolist()}; row%64 hit {np.unique(rows % 64).tolist()[:20]}, "
-            f"col%8 hit {np.unique(cols % 8).tolist()}, (warp = row%64//16, col//8) "
-            f"{sorted({(int(r) % 64 // 16, int(c) // 8) for r, c in bad[:200]})[:20]}")
-
-
-def assert_exact(got, problem):
-    want = reference_gemm(*problem).astype(np.float32).astype(BF16).astype(np.float32)
-    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
-    assert np.array_equal(got, want), describe_mismatch(got, want)
-
-
-def sa_storage(sa, m):
-    """The bytes of the M-major, M-padded-to-4 scale layout: physical (Kb, align(M, 4))."""
-    storage = np.zeros((sa.shape[1], align(m, 4)), np.float32)
-    storage[:, :m] = np.asarray(sa).T
-    return storage
-
-
-def run_on_gpu(module, a, sa, b, sb):
-    """The ladder's device layout (Numba arrays, sa M-major padded to 4), D poisoned with NaN first."""
-    from numba import cuda
-    from lessons.ladder import device_problem
-    problem = device_problem(a, sa, b, sb)
-    problem.d.copy_to_device(np.full(problem.d.shape, BF16_NAN, np.uint16))
-    module.gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)
-    cuda.synchronize()
-    return bf16_to_float(problem.d.copy_to_host())
-
-
-def check_against_reference(got, a, sa, b, sb, rng):
-    m = a.shape[0]
-    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
-    rows = np.sort(rng.choice(m, size=min(m, 256), replace=False))
-    diff = calc_diff(got[rows], reference_gemm(a[rows], sa[rows], b, sb))
-    assert diff < 1e-3, f"diff {diff:.3g}"
 
 
 # ------------------------------------------------------------------------------ CPU: assembly and SASS
@@ -113,16 +47,6 @@ def test_thread_copies_land_in_the_canonical_128b_swizzled_layout():
 def test_shared_memory_plan_keeps_tiles_aligned():
     assert stage.A_TILE % 1024 == 0 and stage.B_TILE % 1024 == 0 and stage.B_REGION % 1024 == 0
     assert stage.SA_REGION % 16 == 0 and stage.SHARED_BYTES <= 227 * 1024
-
-
-class RecordingKernel:
-    """Stands in for ptx.runtime.Kernel on the CPU: records what gemm() would launch."""
-
-    def __init__(self):
-        self.launches = []
-
-    def launch(self, grid, block, args, *, shared_bytes=0, cluster=None, stream=None):
-        self.launches.append(dict(grid=grid, block=block, args=list(args), shared_bytes=shared_bytes, stream=stream))
 
 
 def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
@@ -164,7 +88,7 @@ def test_emulated_kernel_is_exact_on_small_integers(m, n, k, rng):
 def test_emulated_kernel_matches_reference(m, n, k, rng):
     a, sa, b, sb = random_problem(m, n, k, rng)
     got = emulate(stage, a, sa, b, sb)
-    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
+    assert_no_unwritten(got)
     assert calc_diff(got, reference_gemm(a, sa, b, sb)) < 1e-5
 
 

@@ -10,10 +10,10 @@ import pytest
 import lessons
 from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_gemm
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_stage05 import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES,  # noqa: E402
-                          assemble, assert_clean_resources, assert_exact, check_against_reference, run_on_gpu,
-                          sa_storage, small_integer_problem)
+sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/tc_checks.py
+from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel,  # noqa: E402
+                       assemble, assert_clean_resources, assert_exact, assert_graph_replay, assert_no_unwritten,
+                       check_against_reference, run_on_gpu, sa_storage, small_integer_problem)
 
 stage = lessons.stage(6)
 
@@ -58,7 +58,6 @@ def test_k_must_be_a_multiple_of_128():
 def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
     import ptx.tma
     from ptx.runtime import parse_params
-    from test_stage05 import RecordingKernel
     m, n, k = 100, 2112, 512
     a, sa, b, sb = random_problem(m, n, k, rng)  # sa: M-major view of (Kb, align(M, 4)) storage
     d = np.zeros((m, n), np.uint16)
@@ -120,7 +119,7 @@ def test_emulated_kernel_is_exact_on_small_integers(m, n, k, blocks, rng):
 def test_emulated_kernel_matches_reference(m, n, k, rng):
     a, sa, b, sb = random_problem(m, n, k, rng)
     got = emulate(a, sa, b, sb)
-    assert not np.isnan(got).any(), f"unwritten outputs at {np.argwhere(np.isnan(got))[:5].tolist()}"
+    assert_no_unwritten(got)
     assert calc_diff(got, reference_gemm(a, sa, b, sb)) < 1e-5
 
 
@@ -142,25 +141,4 @@ def test_ragged_shapes_match_reference(m, n, k, rng):
 
 @pytest.mark.gpu
 def test_second_call_compiles_nothing_and_replays_in_a_cuda_graph(rng):
-    torch = pytest.importorskip("torch")
-    import gemm
-    from ptx import compile as compiler
-    m, n, k = 256, 384, 512
-    a, sa, b, sb = random_problem(m, n, k, rng)
-    to = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()  # noqa: E731
-    ta, tb = to(a.view(np.uint8)), to(b.view(np.uint8))
-    tsa, tsb = gemm.get_mn_major_tma_aligned_tensor(to(np.ascontiguousarray(sa))), to(sb)
-    out = torch.empty((m, n), dtype=torch.int16, device="cuda")
-    stage.gemm(ta, tsa, tb, tsb, out.view(torch.bfloat16))  # first call: compile, load, encode tensor maps
-    torch.cuda.synchronize()
-    compiled = compiler.compile_count
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        stage.gemm(ta, tsa, tb, tsb, out.view(torch.bfloat16), stream=torch.cuda.current_stream().cuda_stream)
-    out.fill_(BF16_NAN)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert compiler.compile_count == compiled
-    got = out.view(torch.bfloat16).float().cpu().numpy()
-    assert not np.isnan(got).any()
-    assert calc_diff(got, reference_gemm(a, sa, b, sb)) < 1e-3
+    assert_graph_replay(stage, rng, check_no_compile=True)
