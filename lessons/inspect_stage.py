@@ -98,7 +98,7 @@ def _run_numba_stage_once(module) -> None:
     from numba import cuda
 
     from gemm.fp8 import random_problem
-    from lessons.ladder import device_problem
+    from gemm.harness import device_problem
     problem = device_problem(*random_problem(128, 128, 256, np.random.default_rng()))
     module.gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)
     cuda.synchronize()

@@ -13,15 +13,14 @@ Nothing is timed and no result file is written: timings need a GPU.
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 import lessons
-from gemm.bench import (BF16_NAN_BITS, CublasBlockwise, check_output, reference_rows, time_peer,
-                        torch_available)
-from gemm.fp8 import align, flops, gemm_bytes, random_problem
+from gemm.bench import CublasBlockwise, reference_rows, time_peer, torch_available
+from gemm.fp8 import flops, gemm_bytes, random_problem
+from gemm.harness import DeviceProblem, checked_run as _checked_run, device_problem
 from gemm.testing import (Column, bench_kernel, command_line, device_info, format_table, three_digits,
                           write_result)
 
@@ -37,52 +36,6 @@ CPU_COLUMNS = [
     Column("shared_bytes", "smem bytes"), Column("opcodes", "key SASS opcodes", align="left"),
     Column("status", "status", align="left"),
 ]
-
-
-@dataclass
-class DeviceProblem:
-    a: object
-    sa: object
-    b: object
-    sb: object
-    d: object
-
-
-def mn_major_view(storage, m: int):
-    """The (M, Kb) M-major view of a (Kb, align(M, 4)) Numba device array, without copying.
-
-    Not ``storage[:, :m].T``: on a real GPU Numba's ``.T`` of a device array launches a transpose kernel and
-    returns a row-major copy (the simulator's returns a view), which is exactly the layout we must not pass.
-    """
-    import os
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return storage[:, :m].T
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
-    itemsize = storage.dtype.itemsize
-    return DeviceNDArray(shape=(m, storage.shape[0]), strides=(itemsize, storage.shape[1] * itemsize),
-                         dtype=storage.dtype, gpu_data=storage.gpu_data)
-
-
-def device_problem(a, sa, b, sb) -> DeviceProblem:
-    """Host operands -> Numba device arrays in the contract's layout (e4m3 as uint8, BF16 D as uint16)."""
-    from numba import cuda
-    m, n = a.shape[0], b.shape[0]
-    values = np.asarray(sa, dtype=np.float32)
-    storage = np.zeros((values.shape[1], align(m, 4)), dtype=np.float32)  # M-major, M padded to 4
-    storage[:, :m] = values.T
-    return DeviceProblem(cuda.to_device(np.ascontiguousarray(a).view(np.uint8)),
-                         mn_major_view(cuda.to_device(storage), m),
-                         cuda.to_device(np.ascontiguousarray(b).view(np.uint8)),
-                         cuda.to_device(np.ascontiguousarray(sb, dtype=np.float32)),
-                         cuda.device_array((m, n), dtype=np.uint16))
-
-
-def checked_run(module, problem: DeviceProblem, reference) -> dict:
-    from numba import cuda
-    problem.d.copy_to_device(np.full(problem.d.shape, BF16_NAN_BITS, dtype=np.uint16))
-    module.gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)
-    cuda.synchronize()
-    return check_output(problem.d.copy_to_host(), reference)
 
 
 def _label(number: int) -> str:
@@ -112,7 +65,7 @@ def measure_stage(number: int, problem: DeviceProblem, reference, shape) -> dict
         return row
     m, n, k = shape
     try:
-        check = checked_run(module, problem, reference)
+        check = _checked_run(module.gemm, problem, reference)
         row.update(diff=check["diff"], unwritten=check["unwritten"])
         timing = bench_kernel(lambda stream: module.gemm(problem.a, problem.sa, problem.b, problem.sb,
                                                          problem.d, stream=stream))
@@ -217,7 +170,7 @@ def describe_without_gpu(number: int, sim_shape, ptx_shape) -> dict:
         else:
             rng = np.random.default_rng()
             host = random_problem(*sim_shape, rng)
-            check = checked_run(module, device_problem(*host), reference_rows(*host, rng))
+            check = _checked_run(module.gemm, device_problem(*host), reference_rows(*host, rng))
             row.update(diff=check["diff"], status=f"{'ok' if check['correct'] else 'WRONG'} (simulator, "
                                                   f"{'x'.join(map(str, sim_shape))})")
     except Exception as error:

@@ -66,7 +66,7 @@ def sa_storage(sa, m):
 def run_on_gpu(module, a, sa, b, sb):
     """The ladder's device layout (Numba arrays, sa M-major padded to 4), D poisoned with NaN first."""
     from numba import cuda
-    from lessons.ladder import device_problem
+    from gemm.harness import device_problem
     problem = device_problem(a, sa, b, sb)
     problem.d.copy_to_device(np.full(problem.d.shape, BF16_NAN, np.uint16))
     module.gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)
@@ -132,3 +132,12 @@ class RecordingKernel:
 
     def launch(self, grid, block, args, *, shared_bytes=0, cluster=None, stream=None):
         self.launches.append(dict(grid=grid, block=block, args=list(args), shared_bytes=shared_bytes, stream=stream))
+
+
+def on_fake_device(x):
+    """A host array posing as device 0's (a DeviceView): for CPU tests of checks and launch plumbing, which the
+    validator would otherwise refuse as host memory (no mode relaxes that check)."""
+    from ptx.arrays import DeviceView
+    if not isinstance(x, np.ndarray):
+        return x
+    return DeviceView(x.ctypes.data, x.shape, tuple(s // x.itemsize for s in x.strides), x.dtype, 0, x)

@@ -11,6 +11,9 @@ import gemm
 from gemm.fp8 import calc_diff, random_problem, reference_gemm
 from gemm.validate import check_gemm_args
 
+sys.path.insert(0, os.path.dirname(__file__))  # tests/tc_checks.py
+from tc_checks import on_fake_device  # noqa: E402
+
 BF16_NAN = 0x7FC0
 
 
@@ -19,15 +22,12 @@ def _host_problem(rng, m=70, n=200, k=256):
     return a, sa, b, sb, np.zeros((m, n), np.uint16)
 
 
-@pytest.fixture
-def device_checks(monkeypatch):
-    """Validate as on a real GPU (the CPU suite otherwise runs with the simulator's relaxed device rules)."""
-    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
+def _fake_device_problem(rng, **shape):
+    return [on_fake_device(x) for x in _host_problem(rng, **shape)]
 
 
 def test_valid_arguments_pass(rng):
-    a, sa, b, sb, d = _host_problem(rng)
-    args = check_gemm_args(a, sa, b, sb, d)
+    args = check_gemm_args(*_fake_device_problem(rng))
     assert (args.m, args.n, args.k) == (70, 200, 256)
     assert args.sa_stride == 72  # M padded to a multiple of 4 floats
 
@@ -47,7 +47,8 @@ def test_valid_arguments_pass(rng):
 ])
 def test_bad_argument_names_it(rng, name, bad, error, words):
     args = dict(zip(("a", "sa", "b", "sb", "d"), _host_problem(rng)))
-    args[name] = bad(args[name])
+    args[name] = on_fake_device(bad(args[name]))
+    args = {key: on_fake_device(value) for key, value in args.items()}
     with pytest.raises(error) as info:
         check_gemm_args(**args)
     assert words in str(info.value)
@@ -56,10 +57,11 @@ def test_bad_argument_names_it(rng, name, bad, error, words):
 def test_k_must_be_a_multiple_of_128(rng):
     a, sa, b, sb = random_problem(8, 8, 200, rng)
     with pytest.raises(ValueError, match="K=200 must be a multiple of 128"):
-        check_gemm_args(a, sa, b, sb, np.zeros((8, 8), np.uint16))
+        check_gemm_args(*map(on_fake_device, (a, sa, b, sb, np.zeros((8, 8), np.uint16))))
 
 
-def test_host_memory_is_refused(rng, device_checks):
+def test_host_memory_is_refused_even_under_the_simulator(rng, monkeypatch):
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
     with pytest.raises(ValueError, match="host memory"):
         check_gemm_args(*_host_problem(rng))
 
@@ -87,7 +89,7 @@ def _device_problem(m, n, k, rng):
 @pytest.mark.gpu
 def test_fp8_gemm_nt_numba_arrays(rng):
     from numba import cuda
-    from lessons.ladder import mn_major_view
+    from gemm.harness import mn_major_view
     m, n, k = 130, 2112, 512
     a, sa, b, sb = random_problem(m, n, k, rng)
     storage = np.zeros((sa.shape[1], 132), np.float32)

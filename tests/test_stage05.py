@@ -12,7 +12,7 @@ from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_
 from ptx.vocab import wgmma as w
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/ptx_emulator.py, tests/tc_checks.py
-from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel,  # noqa: E402
+from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel, on_fake_device,  # noqa: E402
                        assemble, assert_clean_resources, assert_exact, assert_no_unwritten, check_against_reference,
                        run_on_gpu, sa_storage, small_integer_problem)
 
@@ -56,7 +56,7 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
     d = np.zeros((m, n), np.uint16)
     kernel = RecordingKernel()
     monkeypatch.setattr(stage, "_kernel", lambda *shape: kernel)
-    stage.gemm(a, sa, b, sb, d, stream=7)
+    stage.gemm(*map(on_fake_device, (a, sa, b, sb, d)), stream=7)
     (call,) = kernel.launches
     assert call["grid"] == stage.grid(m, n) == (17, 1, 1) and call["block"] == stage.THREADS
     assert call["shared_bytes"] == stage.SHARED_BYTES and call["stream"] == 7

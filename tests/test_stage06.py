@@ -11,7 +11,7 @@ import lessons
 from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_gemm
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/tc_checks.py
-from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel,  # noqa: E402
+from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel, on_fake_device,  # noqa: E402
                        assemble, assert_clean_resources, assert_exact, assert_graph_replay, assert_no_unwritten,
                        check_against_reference, run_on_gpu, sa_storage, small_integer_problem)
 
@@ -70,7 +70,7 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
     monkeypatch.setattr(stage, "_kernel", lambda *shape: (kernel, plan))
     monkeypatch.setattr(ptx.tma, "tensor_map_2d", fake_tensor_map_2d)
     stage._tensor_maps.cache_clear()
-    stage.gemm(a, sa, b, sb, d)
+    stage.gemm(*map(on_fake_device, (a, sa, b, sb, d)))
     stage._tensor_maps.cache_clear()
     (call,) = kernel.launches
     pointer = lambda x: x.__array_interface__["data"][0]  # noqa: E731

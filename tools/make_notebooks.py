@@ -47,7 +47,7 @@ print("GPU:", "Hopper" if is_hopper() else "present, not Hopper" if has_gpu() el
 DEVICE_HELPERS = '''\
 from numba import cuda
 
-from lessons.ladder import mn_major_view
+from gemm.harness import mn_major_view
 
 BF16_NAN = 0x7FC0  # poison: an output element the kernel forgets to write stays NaN
 

@@ -9,7 +9,7 @@ import numpy as np
 
 import lessons
 from gemm.fp8 import bf16_to_float, calc_diff, random_problem, reference_gemm
-from lessons.ladder import device_problem
+from gemm.harness import device_problem
 
 
 def main(stage_number: int, m: int, n: int, k: int) -> int:

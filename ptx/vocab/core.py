@@ -123,9 +123,20 @@ def bar_sync(barrier: int = 0, threads: int | None = None) -> str:
     return f"bar.sync {barrier}, {threads};" if threads else f"bar.sync {barrier};"
 
 
+def bar_arrive(barrier: int, threads: int) -> str:
+    # PTX ISA "bar" (bar.arrive): count this warp at named barrier `barrier` (of `threads`) without waiting
+    return f"bar.arrive {barrier}, {threads};"
+
+
+def exit_thread() -> str:
+    # PTX ISA "exit": the thread terminates; the CTA lives on while others run (named barriers must not
+    # count exited threads, so roles that exit early never join barrier 0 again)
+    return "exit;"
+
+
 __all__ = [
     "special", "global_thread_index", "ld_param", "cvta_global", "global_pointer_param", "element_address",
     "ld_global", "st_global", "ld_global_v4", "st_global_v4", "cvt_e4m3x2_to_f16x2", "cvt_f16_to_f32",
     "unpack_b32", "cvt_f32x2_to_bf16x2", "setp", "branch_if", "branch", "exit_if",
-    "bar_sync",
+    "bar_sync", "bar_arrive", "exit_thread",
 ]

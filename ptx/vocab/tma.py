@@ -95,8 +95,26 @@ def tma_load_2d(shared_dst: str, tensormap_u64: str, x: str | int, y: str | int,
             f"[{shared_dst}], [{tensormap_u64}, {{{x}, {y}}}], [{mbarrier}];")
 
 
+# ISA "cp.async.bulk.tensor" (.2d shared -> global, .bulk_group completion): the TMA store. The copy engine
+# writes only the part of the box inside the tensor, so ragged edges need no masks.
+def tma_store_2d(tensormap_u64: str, x: str | int, y: str | int, shared_src: str) -> str:
+    return (f"cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+            f"[{tensormap_u64}, {{{x}, {y}}}], [{shared_src}];")
+
+
+# ISA "cp.async.bulk.commit_group": close this thread's group of bulk copies issued so far.
+def bulk_commit_group() -> str:
+    return "cp.async.bulk.commit_group;"
+
+
+# ISA "cp.async.bulk.wait_group": wait until at most `pending` of this thread's bulk groups are unfinished;
+# `.read` waits only until their shared-memory sources have been read (the buffer may be reused).
+def bulk_wait_group(pending: int, read_only: bool = False) -> str:
+    return f"cp.async.bulk.wait_group{'.read' if read_only else ''} {pending};"
+
+
 __all__ = [
     "pipeline_slot", "producer_wait_parity", "advance", "mbarrier_init", "fence_mbarrier_init",
     "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_wait_parity", "fence_proxy_async",
-    "tensormap_address", "prefetch_tensormap", "tma_load_2d",
+    "tensormap_address", "prefetch_tensormap", "tma_load_2d", "tma_store_2d", "bulk_commit_group", "bulk_wait_group",
 ]

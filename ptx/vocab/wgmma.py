@@ -108,8 +108,26 @@ def wgmma_e4m3(acc: list[str], a_desc: str, b_desc: str, scale_d: str) -> str:
             f"{{{', '.join(acc)}}}, {a_desc}, {b_desc}, {scale_d}, 1, 1;")
 
 
+# ISA "setmaxnreg": every thread of the warpgroup (.sync.aligned) releases (.dec) or claims (.inc) registers,
+# so a producer warpgroup that needs few can hand them to the math warpgroups. Counts: multiples of 8, 24..256.
+def setmaxnreg(count: int, increase: bool) -> str:
+    if count % 8 or not 24 <= count <= 256:
+        raise ValueError(f"setmaxnreg: the count must be a multiple of 8 in 24..256, got {count}")
+    return f"setmaxnreg.{'inc' if increase else 'dec'}.sync.aligned.u32 {count};"
+
+
+# ISA "stmatrix" (.m8n8 .b16, sm_90): the warp stores 1, 2 or 4 8x8 matrices of 16-bit values; lane l gives the
+# address of row l % 8 of matrix l // 8 and register j holds (row l // 4, columns 2(l % 4), +1) of matrix j:
+# exactly the wgmma accumulator layout of 8 columns, so packed BF16 pairs go to shared memory in one instruction.
+def stmatrix(regs: list[str], address: str) -> str:
+    if len(regs) not in (1, 2, 4):
+        raise ValueError(f"stmatrix stores 1, 2 or 4 matrices, got {len(regs)} registers")
+    return f"stmatrix.sync.aligned.m8n8.x{len(regs)}.shared.b16 [{address}], {{{', '.join(regs)}}};"
+
+
 __all__ = [
     "SWIZZLE_MODE", "SW128_ROW_BYTES", "SW128_ATOM_BYTES", "LEADING_BYTE_OFFSET", "K32_STEP_BYTES",
     "descriptor_bits", "descriptor_constant_part", "sw128_offset", "accumulator_coords",
-    "wgmma_descriptor", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "wgmma_e4m3",
+    "wgmma_descriptor", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "wgmma_e4m3", "setmaxnreg",
+    "stmatrix",
 ]
