@@ -1,13 +1,14 @@
-"""FP8 GEMM with DeepSeek-V3 fine-grained scaling on Hopper: the production face of the lessons.
+"""FP8 GEMM with DeepSeek-V3 fine-grained scaling on Hopper: the production library the lessons explain.
 
     from gemm import fp8_gemm_nt, per_token_cast_to_fp8, per_block_cast_to_fp8
     fp8_gemm_nt((a, sa), (b, sb), out)
 
-Host-side FP8 basics live in :mod:`gemm.fp8`, argument checks in :mod:`gemm.validate`, timing and the
+The kernel generator lives in :mod:`gemm.kernel` (config, emitters, ``generate``, launch), its heuristics in
+:mod:`gemm.heuristics`. Host-side FP8 basics live in :mod:`gemm.fp8`, argument checks in :mod:`gemm.validate`, timing and the
 accuracy measure in :mod:`gemm.testing`, the benchmark command in :mod:`gemm.bench`.
 """
 from . import _compat  # noqa: F401  (before anything imports numba)
-from .api import FINAL_STAGE, fp8_gemm_nt, get_mn_major_tma_aligned_tensor  # noqa: F401
+from .api import fp8_gemm_nt, get_mn_major_tma_aligned_tensor  # noqa: F401
 from .fp8 import (  # noqa: F401
     BF16, E4M3, E4M3_MAX, GROUP, calc_diff, ceil_div, e4m3_decode, e4m3_encode, per_block_cast_to_fp8,
     per_token_cast_to_fp8, random_problem, reference_gemm, sa_to_mn_major,

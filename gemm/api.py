@@ -1,7 +1,9 @@
-"""The public dense GEMM, ``fp8_gemm_nt``: a thin face over the ladder's final stage.
+"""The public dense GEMM, ``fp8_gemm_nt``: validated arguments -> a heuristic config -> the generated kernel.
 
-The kernel itself lives in ``lessons/`` (one home per idea); this module picks the stage, accepts the
-array types users hold (torch, CuPy, Numba; zero-copy), and keeps DeepGEMM's calling convention:
+The call goes ``check_gemm_args`` (:mod:`gemm.validate`) -> ``choose_config`` (:mod:`gemm.heuristics`) ->
+``launch`` (:mod:`gemm.kernel.launch`, whose kernel is ``generate(config, n, k)`` of
+:mod:`gemm.kernel.generator`). It accepts the array types users hold (torch, CuPy, Numba; zero-copy) and keeps
+DeepGEMM's calling convention:
 
     fp8_gemm_nt((a, sa), (b, sb), out)
 
@@ -10,25 +12,31 @@ Alignment rules (checked, with a clear error when broken):
 * a, b, out contiguous row-major; sb row-major; sa M-major with its M stride a multiple of 4 floats
   (``get_mn_major_tma_aligned_tensor`` makes one); every base pointer 16-byte aligned.
 * All arrays on one CUDA device.
-Kernels are generated and assembled per (M, N, K) at the first call (about a second), then cached in
-memory and on disk (``FP8LADDER_CACHE_DIR``): later calls with the same shape only launch.
+Kernels are generated and assembled per (config, N, K) at the first call (a fraction of a second), then cached
+in memory and on disk (``FP8LADDER_CACHE_DIR``). M is a kernel parameter: a new M launches the same kernel.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from gemm.fp8 import align, sa_to_mn_major
-
-FINAL_STAGE = 6  # the stage that backs the public API; later stages replace it behind the same call
-
-
-def _final_stage():
-    import lessons
-    return lessons.stage(FINAL_STAGE)
+from gemm.heuristics import choose_config, device_facts
+from gemm.kernel import launch as _launch
+from gemm.validate import check_gemm_args
 
 
 def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
+
+
+def gemm(a, sa, b, sb, d, stream=None, *, config=None) -> None:
+    """The ladder's calling convention (``lessons``): D = (A*sA)(B*sB)^T. ``config``: a KernelConfig, or a
+    function of (M, N, K) returning one (a lesson's), instead of the heuristics' choice."""
+    args = check_gemm_args(a, sa, b, sb, d)
+    if callable(config):
+        config = config(args.m, args.n, args.k)
+    config = config or choose_config(args.m, args.n, args.k)
+    _launch.launch(config, args, sm_count=device_facts().sm_count, stream=stream)
 
 
 def fp8_gemm_nt(lhs, rhs, out, *, stream=None) -> None:
@@ -42,7 +50,7 @@ def fp8_gemm_nt(lhs, rhs, out, *, stream=None) -> None:
     if stream is None and _is_torch(out):
         import torch
         stream = torch.cuda.current_stream(out.device).cuda_stream
-    _final_stage().gemm(a, sa, b, sb, out, stream=stream)
+    gemm(a, sa, b, sb, out, stream=stream)
 
 
 def get_mn_major_tma_aligned_tensor(sa):

@@ -28,6 +28,8 @@ STAGES = {
     4: "04_mma_sync",
     5: "05_wgmma",
     6: "06_tma_pipeline",
+    7: "07_warp_specialization",
+    8: "08_persistent_tma_store",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 

@@ -1,8 +1,14 @@
-"""PTX text -> cubin for sm_90a through nvJitLink, with ptxas's resource report as data. No GPU needed.
+"""PTX text -> cubin for sm_90a through nvJitLink or ptxas, with ptxas's resource report as data. No GPU needed.
 
 nvJitLink embeds ptxas, so this works on any machine with the ``nvidia-nvjitlink`` wheel. With ``-verbose``
 ptxas prints, per kernel, the registers, spills, stack frame and shared memory; we parse that into
 :class:`Resources` so tests and ``python -m lessons inspect`` can assert "no spills" without a GPU.
+
+nvJitLink always compiles separately (``--compile-only``: code meant for linking), and in that mode ptxas drops
+``setmaxnreg`` ("ignored to maintain compatibility across compilation units", C7504). A kernel that moves
+registers between warpgroups therefore goes through the standalone ``ptxas`` in whole-program mode instead
+(the ``nvidia-cuda-nvcc`` wheel ships it; a CUDA toolkit on PATH does too): ``assembler="auto"`` picks it
+exactly for PTX that contains ``setmaxnreg``.
 
 Results are cached in memory and on disk (``$FP8LADDER_CACHE_DIR``, default ``~/.cache/fp8-ladder``),
 keyed by the PTX, the options, the arch and the nvJitLink version. Files are written to a temporary name
@@ -191,6 +197,43 @@ def _log(getter_size, getter, handle) -> str:
     return bytes(buffer).rstrip(b"\0").decode(errors="replace")
 
 
+@functools.lru_cache(maxsize=None)
+def ptxas_path() -> str:
+    """ptxas from the nvidia-cuda-nvcc wheel (nvidia/cu13/bin), else from PATH or /usr/local/cuda/bin."""
+    import shutil
+    import sys
+    import sysconfig
+    roots = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *sys.path}
+    candidates = [Path(root) / "nvidia/cu13/bin/ptxas" for root in roots]
+    candidates += [Path(p) for p in (shutil.which("ptxas") or "", "/usr/local/cuda/bin/ptxas") if p]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise FileNotFoundError("ptxas not found (kernels with setmaxnreg need whole-program assembly): install the "
+                            "nvidia-cuda-nvcc wheel (pip install 'nvidia-cuda-nvcc==13.0.*') or put CUDA's bin on PATH")
+
+
+@functools.lru_cache(maxsize=None)
+def _ptxas_version() -> str:
+    import subprocess
+    done = subprocess.run([ptxas_path(), "--version"], capture_output=True, text=True)
+    return done.stdout.strip().splitlines()[-1] if done.returncode == 0 else "unknown"
+
+
+def _run_ptxas(ptx: str, arch: str, options: tuple[str, ...]) -> tuple[bytes, str]:
+    import subprocess
+    global compile_count
+    compile_count += 1
+    with tempfile.TemporaryDirectory() as folder:
+        source, target = Path(folder) / "kernel.ptx", Path(folder) / "kernel.cubin"
+        source.write_text(ptx)
+        done = subprocess.run([ptxas_path(), f"-arch={arch}", "-O3", "-v", *options, str(source), "-o", str(target)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise PTXCompileError(done.stderr.replace(str(source), "kernel.ptx"), ptx)
+        return target.read_bytes(), done.stderr + done.stdout
+
+
 def _run_nvjitlink(ptx: str, arch: str, options: tuple[str, ...]) -> tuple[bytes, str]:
     from cuda.bindings import nvjitlink
     global compile_count
@@ -214,15 +257,29 @@ def _run_nvjitlink(ptx: str, arch: str, options: tuple[str, ...]) -> tuple[bytes
         nvjitlink.destroy(handle)
 
 
-def compile_ptx(ptx: str, arch: str = DEFAULT_ARCH, options=()) -> Cubin:
-    """Assemble ``ptx`` for ``arch``; returns a :class:`Cubin` (cached in memory and on disk)."""
+def choose_assembler(ptx: str, assembler: str = "auto") -> str:
+    if assembler not in ("auto", "nvjitlink", "ptxas"):
+        raise ValueError(f"assembler must be 'auto', 'nvjitlink' or 'ptxas', got {assembler!r}")
+    if assembler == "auto":
+        return "ptxas" if "setmaxnreg" in ptx else "nvjitlink"
+    return assembler
+
+
+def compile_ptx(ptx: str, arch: str = DEFAULT_ARCH, options=(), assembler: str = "auto") -> Cubin:
+    """Assemble ``ptx`` for ``arch``; returns a :class:`Cubin` (cached in memory and on disk).
+
+    ``options`` go to the assembler (nvJitLink flags, or ptxas's own with ``assembler="ptxas"``).
+    """
     options = tuple(options)
-    key = cache_key(ptx, arch, options)
+    assembler = choose_assembler(ptx, assembler)
+    version = _ptxas_version() if assembler == "ptxas" else ""
+    key = cache_key(ptx, arch, (*options, assembler, version))
     if key in _MEMORY:
         return _MEMORY[key]
     cubin = _read_disk(key, ptx, arch)
     if cubin is None:
-        image, info = _run_nvjitlink(ptx, arch, options)
+        run = _run_ptxas if assembler == "ptxas" else _run_nvjitlink
+        image, info = run(ptx, arch, options)
         cubin = Cubin(image, ptx, arch, parse_resources(info), info)
         _write_disk(key, cubin)
     _MEMORY[key] = cubin
@@ -234,4 +291,4 @@ def clear_memory_cache() -> None:
 
 
 __all__ = ["compile_ptx", "Cubin", "Resources", "PTXCompileError", "parse_resources", "cache_dir",
-           "clear_memory_cache"]
+           "clear_memory_cache", "ptxas_path", "choose_assembler"]

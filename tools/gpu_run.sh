@@ -7,10 +7,17 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 export FP8LADDER_CACHE_DIR=${FP8LADDER_CACHE_DIR:-/tmp/fp8ladder-cache}
 PY=${PY:-python3}
+# Kernels with setmaxnreg are assembled by the standalone ptxas (ptx/compile.py): use the toolkit's, or take it
+# out of a carried nvidia-cuda-nvcc wheel (.whl/) when the machine has none.
+if ! command -v ptxas >/dev/null && [ ! -x /usr/local/cuda/bin/ptxas ] && ls .whl/nvidia_cuda_nvcc-*.whl >/dev/null 2>&1; then
+  mkdir -p /tmp/ptxas_bin && $PY -c "import zipfile,glob,os; z=zipfile.ZipFile(glob.glob('.whl/nvidia_cuda_nvcc-*.whl')[0]); open('/tmp/ptxas_bin/ptxas','wb').write(z.read('nvidia/cu13/bin/ptxas')); os.chmod('/tmp/ptxas_bin/ptxas', 0o755)"
+  export PATH=/tmp/ptxas_bin:$PATH
+fi
 for part in "$@"; do
   echo "=== $part ($(date -u +%T))"
   case "$part" in
-    env)    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version --format=csv
+    env)    echo "ptxas: $(command -v ptxas || echo /usr/local/cuda/bin/ptxas) $(ptxas --version 2>/dev/null | tail -1)"
+            nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version --format=csv
             $PY -c "import numba_cuda, cuda.core, cuda.bindings, torch; print('numba-cuda', numba_cuda.__version__, 'cuda-core', cuda.core.__version__, 'cuda-bindings', cuda.bindings.__version__, 'torch', torch.__version__)" ;;
     smoke)  $PY tools/gpu_smoke.py 2>&1 | tee "$OUT/smoke.log" ;;
     quick)  $PY -m pytest -q -m "gpu and not slow" -p no:cacheprovider --timeout=240 --maxfail=30 \

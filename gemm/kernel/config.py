@@ -1,0 +1,211 @@
+"""What one generated kernel is: a frozen :class:`KernelConfig` plus (N, K), and the shared-memory plan they imply.
+
+The generator (:mod:`gemm.kernel.generator`) turns ``(config, n, k)`` into PTX; M is a kernel parameter, so one
+kernel serves every M. Each field is one idea of the ladder, and stages 07+ are configs that differ from the
+previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
+
+* ``producer``: ``"inline"`` (stage 06: thread 0 is also a math thread and refills the ring between its own
+  K blocks) or ``"warpgroup"`` (stage 07: a dedicated producer warpgroup, one elected thread issuing TMA);
+* ``registers``: ``setmaxnreg`` counts (producer, math) for a warpgroup producer, or None;
+* ``persistent``: one CTA per SM walking the tiles (stage 08) instead of one CTA per tile;
+* ``raster_group``: n-blocks per group of the grouped (swizzled) tile order; 0 = row-major;
+* ``epilogue``: ``"staged"`` (BF16 through a padded shared tile, coalesced ``st.global``) or ``"tma"``
+  (``stmatrix`` into a swizzled tile, one TMA store per 64-column atom, its wait deferred to the next tile);
+* ``multicast``, ``post_passes``, ``gemm_type``: the fields later issues fill (TMA multicast, the FFMA pass,
+  grouped GEMMs); only their "off" values are accepted today, with an error naming what is missing.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from gemm.fp8 import ceil_div
+from gemm.kernel.math import staging_pitch
+
+BLOCK_K = 128  # one scale group = one 128-byte swizzle row of e4m3
+WARPGROUP = 128  # threads
+SHARED_LIMIT = 227 * 1024  # H100: the most dynamic shared memory one block may have (cuDeviceGetAttribute agrees)
+ALIGN_SLACK = 1024  # the dynamic shared base is aligned up to 1024 bytes at run time
+TMA_D_ATOM_COLUMNS = 64  # one 128-byte swizzle row of BF16: the TMA store's box width with the 128B swizzle
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    block_m: int = 128
+    block_n: int = 128
+    stages: int = 5
+    producer: str = "warpgroup"
+    registers: tuple[int, int] | None = (40, 232)
+    persistent: bool = True
+    raster_group: int = 16
+    epilogue: str = "tma"
+    multicast: int = 1
+    post_passes: tuple[str, ...] = ()
+    gemm_type: str = "normal"
+
+    def __post_init__(self):
+        if self.block_m not in (64, 128):
+            raise ValueError(f"block_m must be 64 (one math warpgroup) or 128 (two), got {self.block_m}")
+        if self.block_n % 8 or not 8 <= self.block_n <= 256:
+            raise ValueError(f"block_n must be a multiple of 8 in 8..256 (wgmma's N), got {self.block_n}")
+        if 128 % self.block_n and self.block_n % 128:
+            raise ValueError(f"block_n={self.block_n} would straddle two 128-wide B-scale blocks; the unaligned "
+                             "BLOCK_N scale handling arrives with the heuristics issue (stage 09-10)")
+        if self.block_n > 128:
+            raise ValueError(f"block_n={self.block_n}: tiles wider than one B-scale block are not generated yet")
+        if self.producer not in ("inline", "warpgroup"):
+            raise ValueError(f"producer must be 'inline' or 'warpgroup', got {self.producer!r}")
+        if self.producer == "inline" and (self.persistent or self.registers):
+            raise ValueError("the inline producer (stage 06) runs one tile per CTA without setmaxnreg: "
+                             "use persistent=False, registers=None, or producer='warpgroup'")
+        if self.registers is not None:
+            low, high = self.registers
+            if low % 8 or high % 8 or not 24 <= low <= high <= 256:
+                raise ValueError(f"registers (producer, math) must be multiples of 8 in 24..256, got {self.registers}")
+            if low * WARPGROUP + high * self.math_threads > 65536:
+                raise ValueError(f"registers {self.registers}: {low}x128 + {high}x{self.math_threads} exceeds the "
+                                 "65536 registers of an SM")
+        if self.epilogue not in ("staged", "tma"):
+            raise ValueError(f"epilogue must be 'staged' or 'tma', got {self.epilogue!r}")
+        if self.raster_group < 0:
+            raise ValueError(f"raster_group must be >= 0, got {self.raster_group}")
+        if self.stages < 2:
+            raise ValueError(f"stages must be >= 2, got {self.stages}")
+        if self.producer == "inline" and self.stages < 3:
+            raise ValueError("the inline producer keeps stages - 2 K blocks in flight: it needs stages >= 3")
+        if self.multicast != 1:
+            raise ValueError("multicast > 1 (TMA multicast across a cluster) is stage 09; not generated yet")
+        if self.post_passes:
+            raise ValueError(f"post_passes {self.post_passes}: no cubin pass exists yet (the FFMA pass is stage 10)")
+        if self.gemm_type != "normal":
+            raise ValueError(f"gemm_type {self.gemm_type!r}: grouped GEMMs are not generated yet")
+
+    @property
+    def math_warpgroups(self) -> int:
+        return self.block_m // 64
+
+    @property
+    def math_threads(self) -> int:
+        return WARPGROUP * self.math_warpgroups
+
+    @property
+    def threads(self) -> int:
+        return self.math_threads + (WARPGROUP if self.producer == "warpgroup" else 0)
+
+    def replace(self, **changes) -> "KernelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        fields = [f"{self.block_m}x{self.block_n}", f"{self.stages} stages", f"{self.producer} producer"]
+        if self.registers:
+            fields.append("setmaxnreg {}/{}".format(*self.registers))
+        fields.append(f"persistent (raster group {self.raster_group})" if self.persistent else "one CTA per tile")
+        fields.append(f"{self.epilogue} epilogue")
+        return ", ".join(fields)
+
+
+def tma_store_box_columns(block_n: int) -> int:
+    """Columns of one TMA-store box: a 128B-swizzled atom of 64 when BLOCK_N allows, else the whole (unswizzled) row."""
+    return TMA_D_ATOM_COLUMNS if block_n % TMA_D_ATOM_COLUMNS == 0 else block_n
+
+
+@dataclass(frozen=True)
+class SharedPlan:
+    """Byte offsets of everything in dynamic shared memory (from the 1024-aligned base)."""
+    config: KernelConfig
+    n: int
+    k: int
+
+    @property
+    def kb(self) -> int:
+        return self.k // BLOCK_K
+
+    @property
+    def a_tile(self) -> int:
+        return self.config.block_m * BLOCK_K
+
+    @property
+    def b_tile(self) -> int:
+        return self.config.block_n * BLOCK_K
+
+    @property
+    def sa_tile(self) -> int:
+        return 4 * self.config.block_m
+
+    @property
+    def stage_bytes(self) -> int:
+        """What one stage's full barrier expects: the A and B tiles and A's scales."""
+        return self.a_tile + self.b_tile + self.sa_tile
+
+    @property
+    def b_region(self) -> int:
+        return self.config.stages * self.a_tile
+
+    @property
+    def sa_region(self) -> int:
+        return self.b_region + self.config.stages * self.b_tile
+
+    @property
+    def d_bytes(self) -> int:
+        """The epilogue's own tile; 0 when it reuses the ring (one tile per CTA: the ring is idle by then)."""
+        c = self.config
+        if c.epilogue == "tma":
+            return c.block_m * c.block_n * 2
+        return c.block_m * staging_pitch(c.block_n) if c.persistent else 0
+
+    @property
+    def d_region(self) -> int:
+        end = self.sa_region + self.config.stages * self.sa_tile
+        return -(-end // 1024) * 1024  # the swizzled D atoms need 1024-byte alignment
+
+    @property
+    def sb_region(self) -> int:
+        return self.d_region + self.d_bytes
+
+    @property
+    def sb_bytes(self) -> int:
+        """The tile's B scales (one per K block), read once per tile by the warpgroup-producer kernels."""
+        return -(-4 * self.kb // 16) * 16 if self.config.producer == "warpgroup" else 0
+
+    @property
+    def full_region(self) -> int:
+        return self.sb_region + self.sb_bytes
+
+    @property
+    def empty_region(self) -> int:
+        return self.full_region + 8 * self.config.stages
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.empty_region + 8 * self.config.stages + ALIGN_SLACK
+
+    @property
+    def staging(self) -> int:
+        """Offset of the staged epilogue's tile: its own region when persistent, else the (idle) A ring."""
+        return self.d_region if self.d_bytes else 0
+
+    def check(self) -> None:
+        c = self.config
+        if self.shared_bytes > SHARED_LIMIT:
+            raise ValueError(f"{c.describe()} at K={self.k} needs {self.shared_bytes} bytes of shared memory, "
+                             f"more than the {SHARED_LIMIT} a block may have: use fewer stages")
+        if c.epilogue == "staged" and not self.d_bytes and c.block_m * staging_pitch(c.block_n) > self.b_region:
+            raise ValueError(f"{c.describe()}: the staged epilogue tile does not fit in the A ring; add stages")
+
+
+def max_stages(config: KernelConfig, n: int, k: int, limit: int = 12, budget: int = SHARED_LIMIT) -> int:
+    """The most stages that fit ``budget`` bytes of shared memory (at most ``limit``)."""
+    best = 0
+    for stages in range(3 if config.producer == "inline" else 2, limit + 1):
+        plan = SharedPlan(config.replace(stages=stages), n, k)
+        if plan.shared_bytes <= budget:
+            best = stages
+    return best
+
+
+def tiles(config: KernelConfig, m: int, n: int) -> int:
+    return ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
+
+
+__all__ = ["KernelConfig", "SharedPlan", "BLOCK_K", "WARPGROUP", "SHARED_LIMIT", "staging_pitch",
+           "tma_store_box_columns", "max_stages", "tiles"]

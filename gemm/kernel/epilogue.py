@@ -1,0 +1,126 @@
+"""The epilogue emitters: the math warpgroups' FP32 totals -> BF16 D.
+
+* :class:`StagedEpilogue` (stages 05-07): each warp rounds its 16 rows into a padded shared tile and copies them
+  out with coalesced 16-byte ``st.global``, masked at ragged edges (:meth:`gemm.kernel.math.MathWarpgroups.store`).
+* :class:`TmaEpilogue` (stage 08): ``stmatrix`` writes the warp's BF16 fragments straight into a shared tile laid
+  out as TMA wants it (64-column atoms of 128-byte rows, 16-byte chunks XOR-swizzled by row, so the 8 rows a
+  ``stmatrix`` writes land in 8 different bank groups), one thread issues a TMA store per atom, and the copy
+  engine writes D, clipping rows past M and columns past N. The store is not waited for: the next tile's
+  epilogue first waits until the previous stores have *read* the shared tile (``cp.async.bulk.wait_group.read``),
+  so the stores drain while the next tile's main loop runs.
+
+:func:`d_tile_offset` is the shared-tile layout in Python: the emitted addresses, the emulator and the figures use it.
+"""
+from __future__ import annotations
+
+from gemm.kernel.config import KernelConfig, SharedPlan, tma_store_box_columns
+from gemm.kernel.math import MathWarpgroups
+from ptx.builder import KernelBuilder
+from ptx.vocab import core
+from ptx.vocab import tma as t
+from ptx.vocab import wgmma as w
+
+MATH_BARRIER = 1  # named barrier of the math warpgroups (0 is the whole CTA's; the producer's threads have exited)
+
+
+def d_tile_offset(row: int, col: int, block_m: int, block_n: int) -> int:
+    """Byte offset of D[row, col] (BF16) in the TMA epilogue's shared tile."""
+    atom_cols = tma_store_box_columns(block_n)
+    atom, col = divmod(col, atom_cols)
+    chunk, within = divmod(2 * col, 16)
+    if atom_cols == 64:  # 128B swizzle: chunk c of row r lives at chunk c ^ (r % 8)
+        chunk ^= row % 8
+    return atom * block_m * 2 * atom_cols + row * 2 * atom_cols + 16 * chunk + within
+
+
+def math_barrier(config: KernelConfig) -> str:
+    return core.bar_sync(MATH_BARRIER, config.math_threads)
+
+
+class StagedEpilogue:
+    def __init__(self, b: KernelBuilder, plan: SharedPlan, math: MathWarpgroups, smem: str, d: str, m: str):
+        self.b, self.plan, self.math, self.smem, self.d, self.m = b, plan, math, smem, d, m
+
+    def store(self, m0: str, n0: str) -> None:
+        b, plan = self.b, self.plan
+        if not plan.d_bytes:  # the tile reuses the A ring: every math warp must be done reading it
+            b.emit(math_barrier(plan.config))
+        staging = b.reg("u32", "staging")
+        b.emit(f"add.u32 {staging}, {self.smem}, {plan.staging};")
+        self.math.store(staging, self.d, m0, n0, self.m, plan.n)
+
+    def finish(self) -> None:
+        pass
+
+
+class TmaEpilogue:
+    def __init__(self, b: KernelBuilder, plan: SharedPlan, math: MathWarpgroups, smem: str, tmap_d: str):
+        self.b, self.plan, self.math, self.tmap_d = b, plan, math, tmap_d
+        c = plan.config
+        self.atom_cols = tma_store_box_columns(c.block_n)
+        e, r = b.emit, b.reg
+        self.store_thread = r("pred", "p_store")
+        e(f"setp.eq.u32 {self.store_thread}, {math.tid}, 0;")
+        self.tile = r("u32", "dtile")
+        e(f"add.u32 {self.tile}, {smem}, {plan.d_region};")
+        # this lane's stmatrix row (matrix q = lane / 8 holds rows 8(q % 2).. of column group j + q / 2)
+        q, row = r("u32"), r("u32", "drow")
+        e(f"shr.u32 {q}, {math.lane}, 3;", f"and.b32 {row}, {q}, 1;", f"shl.b32 {row}, {row}, 3;",
+          f"mad.lo.u32 {row}, {math.warp}, 16, {row};")
+        low = r("u32")
+        e(f"and.b32 {low}, {math.lane}, 7;", f"add.u32 {row}, {row}, {low};", f"shr.u32 {q}, {q}, 1;")
+        self.row_address = r("u32", "drow_addr")
+        self.lane_chunk = r("u32", "dchunk")
+        row_bytes = 2 * self.atom_cols
+        e(f"mad.lo.u32 {self.row_address}, {row}, {row_bytes}, {self.tile};")
+        if self.atom_cols == 64:  # the lane's chunk bits before the per-group XOR: (j + q/2) ^ (row % 8), j even
+            e(f"xor.b32 {self.lane_chunk}, {q}, {low};")
+        else:
+            e(f"shl.b32 {self.lane_chunk}, {q}, 4;", f"add.u32 {self.row_address}, {self.row_address}, {self.lane_chunk};")
+
+    def _address(self, group: int) -> str:
+        """Shared address this lane gives stmatrix for the column-group pair starting at ``group`` (even)."""
+        e, r = self.b.emit, self.b.reg
+        atom, chunk = divmod(group * 8, self.atom_cols)
+        atom_offset = atom * self.plan.config.block_m * 2 * self.atom_cols
+        address = r("u32")
+        if self.atom_cols == 64:
+            e(f"xor.b32 {address}, {self.lane_chunk}, {chunk // 8};", f"shl.b32 {address}, {address}, 4;",
+              f"add.u32 {address}, {address}, {self.row_address};")
+            if atom_offset:
+                e(f"add.u32 {address}, {address}, {atom_offset};")
+        else:
+            e(f"add.u32 {address}, {self.row_address}, {atom_offset + 2 * chunk};")
+        return address
+
+    def store(self, m0: str, n0: str) -> None:
+        b, e, c = self.b, self.b.emit, self.plan.config
+        e(f"@{self.store_thread} {t.bulk_wait_group(0, read_only=True)}",  # the previous tile's stores read the tile
+          math_barrier(c))
+        groups = c.block_n // 8
+        total = self.math.total
+        for g in range(0, groups, 2):
+            regs = []
+            for group in range(g, min(g + 2, groups)):
+                for half in range(2):  # rows l/4 and l/4 + 8 of the warp's 16
+                    packed = b.reg("b32")
+                    lo, hi = total[4 * group + 2 * half], total[4 * group + 2 * half + 1]
+                    e(core.cvt_f32x2_to_bf16x2(packed, hi, lo))
+                    regs.append(packed)
+            e(w.stmatrix(regs, self._address(g)))
+        e(t.fence_proxy_async(), math_barrier(c))  # every warp's stmatrix visible to the TMA unit
+        skip = b.label("stored")
+        e(f"@!{self.store_thread} bra {skip};")
+        for atom in range(c.block_n // self.atom_cols):
+            x = b.reg("u32")
+            e(f"add.u32 {x}, {n0}, {atom * self.atom_cols};",
+              t.tma_store_2d(self.tmap_d, x, m0, f"{self.tile}+{atom * c.block_m * 2 * self.atom_cols}"))
+        e(t.bulk_commit_group())
+        b.place(skip)
+
+    def finish(self) -> None:
+        """Before exit: the last stores must have read shared memory (and, for good measure, completed)."""
+        self.b.emit(f"@{self.store_thread} {t.bulk_wait_group(0)}")
+
+
+__all__ = ["StagedEpilogue", "TmaEpilogue", "d_tile_offset", "MATH_BARRIER"]

@@ -1,0 +1,195 @@
+"""``generate(config, n, k) -> PTX``: the production kernel, assembled from its emitters.
+
+One kernel per (config, N, K); M arrives as a parameter, so every M reuses it (the scheduler computes the
+M-block count at run time, TMA zero-fills rows past M on load and clips them on store, the staged epilogue
+masks them). The pieces, each in its own module:
+
+* :mod:`gemm.kernel.producer`: the TMA ring and its producer (inline thread 0, or a producer warpgroup);
+* :mod:`gemm.kernel.math`: the math warpgroups (wgmma + promotion);
+* :mod:`gemm.kernel.scheduler`: which tiles a CTA computes, in which order;
+* :mod:`gemm.kernel.epilogue`: totals -> BF16 D (staged ``st.global``, or ``stmatrix`` + TMA store).
+
+Thread layout: the math warpgroups come first (threads 0 .. math_threads-1, so a math thread's index is its
+``%tid.x``), the producer warpgroup, if any, last. Kernel parameters: the tensor maps of A, B and sa (and of
+D for the TMA epilogue), the sb and D pointers, and M.
+"""
+from __future__ import annotations
+
+import functools
+
+from gemm.kernel.config import KernelConfig, SharedPlan
+from gemm.kernel.epilogue import StagedEpilogue, TmaEpilogue, math_barrier
+from gemm.kernel.math import MathWarpgroups
+from gemm.kernel.producer import InlineProducer, Ring, WarpgroupProducer
+from gemm.kernel.scheduler import TileScheduler
+from ptx.builder import KernelBuilder, module
+from ptx.vocab import core
+from ptx.vocab import mma as memory
+from ptx.vocab import tma as t
+from ptx.vocab import wgmma as w
+
+KERNEL = "fp8_gemm"
+SMEM = "smem"
+
+
+def kernel_params(config: KernelConfig) -> list[tuple[str, str]]:
+    maps = ["tmap_a", "tmap_b", "tmap_sa"] + (["tmap_d"] if config.epilogue == "tma" else [])
+    return [("tmap", name) for name in maps] + [("u64", "sb"), ("u64", "d"), ("u32", "m")]
+
+
+def check_problem(config: KernelConfig, n: int, k: int) -> SharedPlan:
+    if n <= 0 or k <= 0 or k % 128:
+        raise ValueError(f"the generator needs N > 0 and K a positive multiple of 128, got N={n}, K={k}")
+    if config.epilogue == "tma" and n % 8:
+        raise ValueError(f"the TMA-store epilogue needs N % 8 == 0 (16-byte rows of D), got N={n}: "
+                         "use epilogue='staged'")
+    plan = SharedPlan(config, n, k)
+    plan.check()
+    return plan
+
+
+class _Kernel:
+    def __init__(self, plan: SharedPlan):
+        self.plan, self.config = plan, plan.config
+        self.b = KernelBuilder(KERNEL, params=kernel_params(self.config), max_threads=self.config.threads,
+                               min_blocks_per_sm=1)
+
+    def setup(self) -> None:
+        b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
+        self.tid, self.smem, self.m = r("u32", "tid"), r("u32", "smem"), r("u32", "m")
+        e(f"mov.u32 {self.tid}, %tid.x;", memory.shared_address_of(self.smem, SMEM),
+          # TMA's 128B swizzle and wgmma's descriptors both assume 1024-byte aligned tiles
+          f"add.u32 {self.smem}, {self.smem}, 1023;", f"and.b32 {self.smem}, {self.smem}, -1024;",
+          f"ld.param.u32 {self.m}, [{b.param('m')}];")
+        self.tmaps = {}
+        for kind, name in kernel_params(c):
+            if kind == "tmap":
+                self.tmaps[name] = r("u64", name)
+                e(t.tensormap_address(self.tmaps[name], b.param(name)))
+        self.sb, self.d = r("u64", "ptr_sb"), r("u64", "ptr_d")
+        e(core.global_pointer_param(self.sb, b.param("sb")), core.global_pointer_param(self.d, b.param("d")))
+        self.ring = Ring(b, self.plan, self.smem, {k: v for k, v in self.tmaps.items() if k != "tmap_d"})
+        first = r("pred", "p_first")
+        skip = b.label("init_done")
+        e(f"setp.eq.u32 {first}, {self.tid}, 0;", f"@!{first} bra {skip};")
+        self.ring.init_barriers(empty_arrivals=c.math_threads // 32)
+        if "tmap_d" in self.tmaps:
+            e(t.prefetch_tensormap(self.tmaps["tmap_d"]))
+        b.place(skip)
+        e(core.bar_sync(0))
+
+    def epilogue(self, math: MathWarpgroups):
+        if self.config.epilogue == "tma":
+            return TmaEpilogue(self.b, self.plan, math, self.smem, self.tmaps["tmap_d"])
+        return StagedEpilogue(self.b, self.plan, math, self.smem, self.d, self.m)
+
+    def release(self, math: MathWarpgroups, empty: str):
+        def emit():
+            lane0 = self.b.reg("pred")
+            self.b.emit("bar.warp.sync 0xffffffff;",  # every lane's reads of the stage precede lane 0's release
+                        f"setp.eq.u32 {lane0}, {math.lane}, 0;", f"@{lane0} {t.mbarrier_arrive(empty)}")
+        return emit
+
+    # -- stage 06: thread 0 produces between its own K blocks -------------------------------------------
+    def inline_body(self) -> None:
+        b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
+        scheduler = TileScheduler(b, self.config, p.n, self.m, "t")
+        with scheduler.tiles() as (m0, n0):
+            math = MathWarpgroups(b, self.config.block_m, self.config.block_n, self.tid)
+            is_producer = r("pred", "p_producer")
+            e(f"setp.eq.u32 {is_producer}, {self.tid}, 0;")
+            producer = InlineProducer(self.ring, is_producer, m0, n0)
+            j, p_stage, p_parity = producer.prologue()
+            sb = r("u64", "sb_k")  # sb[n0 // 128, k]: BLOCK_N divides 128, so the tile shares one scale row
+            row, wide = r("u32"), r("u64")
+            e(f"shr.u32 {row}, {n0}, 7;", f"mul.wide.u32 {wide}, {row}, {p.kb * 4};", f"add.u64 {sb}, {self.sb}, {wide};")
+            c_stage, c_parity = self.ring.counters("c")
+            kb, more = r("u32", "kb"), r("pred")
+            top = b.label("k_block")
+            e(f"mov.u32 {kb}, 0;")
+            b.place(top)
+            producer.refill(j, p_stage, p_parity)
+            sb_value = r("f32", "sb")
+            e(f"ld.global.nc.f32 {sb_value}, [{sb}];", f"add.u64 {sb}, {sb}, 4;")
+            slot = self.ring.stage(c_stage)
+            self.ring.wait(slot.full, c_parity, "wait_full")
+            math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_value)
+            self.release(math, slot.empty)()
+            self.ring.advance(c_stage, c_parity)
+            e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {p.kb};", f"@{more} bra {top};")
+            epilogue = self.epilogue(math)
+            epilogue.store(m0, n0)
+            epilogue.finish()
+
+    # -- stage 07+: a producer warpgroup and math warpgroups --------------------------------------------
+    def math_body(self) -> None:
+        b, e, r, p, c = self.b, self.b.emit, self.b.reg, self.plan, self.config
+        if c.registers:
+            e(w.setmaxnreg(c.registers[1], increase=True))
+        math = MathWarpgroups(b, c.block_m, c.block_n, self.tid)
+        epilogue = self.epilogue(math)
+        sb_tile = r("u32", "sb_tile")
+        e(f"add.u32 {sb_tile}, {self.smem}, {p.sb_region};")
+        c_stage, c_parity = self.ring.counters("c")
+        scheduler = TileScheduler(b, c, p.n, self.m, "mt")
+        with scheduler.tiles() as (m0, n0):
+            self.load_b_scales(math, sb_tile, n0)
+            math.zero_totals()
+            kb, more = r("u32", "kb"), r("pred")
+            top = b.label("k_block")
+            e(f"mov.u32 {kb}, 0;")
+            b.place(top)
+            sb_value, sb_address = r("f32", "sb"), r("u32")
+            e(f"mad.lo.u32 {sb_address}, {kb}, 4, {sb_tile};", f"ld.shared.f32 {sb_value}, [{sb_address}];")
+            slot = self.ring.stage(c_stage)
+            self.ring.wait(slot.full, c_parity, "wait_full")
+            math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_value, release=self.release(math, slot.empty))
+            self.ring.advance(c_stage, c_parity)
+            e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {p.kb};", f"@{more} bra {top};")
+            epilogue.store(m0, n0)
+        epilogue.finish()
+
+    def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str) -> None:
+        """The tile's K/128 B scales into shared memory, once per tile (every thread of the tile reads each one)."""
+        b, e, r, p, c = self.b, self.b.emit, self.b.reg, self.plan, self.config
+        e(math_barrier(c))  # every warp finished reading the previous tile's scales
+        row, base = r("u32"), r("u64")
+        e(f"shr.u32 {row}, {n0}, 7;", f"mul.wide.u32 {base}, {row}, {p.kb * 4};", f"add.u64 {base}, {base}, {self.sb};")
+        for first in range(0, p.kb, c.math_threads):
+            index, inside, skip = r("u32"), r("pred"), b.label("sb_done")
+            e(f"add.u32 {index}, {self.tid}, {first};", f"setp.ge.u32 {inside}, {index}, {p.kb};",
+              f"@{inside} bra {skip};")
+            value, source, target = r("f32"), r("u64"), r("u32")
+            e(core.element_address(source, base, index, 4), f"ld.global.nc.f32 {value}, [{source}];",
+              f"mad.lo.u32 {target}, {index}, 4, {sb_tile};", f"st.shared.f32 [{target}], {value};")
+            b.place(skip)
+        e(math_barrier(c))
+
+    def warp_specialized_body(self) -> None:
+        b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
+        is_producer, leader = r("pred", "p_producer_wg"), r("pred", "p_leader")
+        producer_label, end = b.label("producer"), b.label("end")
+        e(f"setp.ge.u32 {is_producer}, {self.tid}, {c.math_threads};", f"@{is_producer} bra {producer_label};")
+        self.math_body()
+        e(f"bra {end};")
+        b.place(producer_label)
+        e(f"setp.eq.u32 {leader}, {self.tid}, {c.math_threads};")
+        WarpgroupProducer(self.ring, c.registers, leader).emit(TileScheduler(b, c, self.plan.n, self.m, "pt"))
+        b.place(end)
+
+    def build(self) -> str:
+        self.setup()
+        if self.config.producer == "inline":
+            self.inline_body()
+        else:
+            self.warp_specialized_body()
+        return module([self.b], extra_globals=memory.dynamic_shared_declaration(SMEM, align=1024))
+
+
+@functools.lru_cache(maxsize=256)
+def generate(config: KernelConfig, n: int, k: int) -> str:
+    """The PTX text of ``config``'s kernel for (N, K); M is its run-time parameter."""
+    return _Kernel(check_problem(config, n, k)).build()
+
+
+__all__ = ["generate", "kernel_params", "check_problem", "KERNEL"]

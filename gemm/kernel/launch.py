@@ -1,0 +1,68 @@
+"""Launching a generated kernel: the kernel cache keyed by (config, N, K), tensor maps, grid.
+
+A kernel is generated, assembled and loaded once per (config, N, K) in a process (and its cubin cached on disk by
+:mod:`ptx.compile`), so a new M costs only new tensor maps: A, sa and D are described with M rows, which is what
+makes TMA zero-fill A's missing rows and clip D's. The maps are encoded by the driver on the host (a few
+microseconds each) and cached per (pointers, M).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from gemm.fp8 import ceil_div
+from gemm.kernel.config import BLOCK_K, KernelConfig, SharedPlan, tma_store_box_columns
+from gemm.kernel.generator import KERNEL, generate
+
+
+@functools.lru_cache(maxsize=None)
+def kernel(config: KernelConfig, n: int, k: int):
+    """The loaded kernel of ``config`` for (N, K) (generated and assembled on first use)."""
+    from ptx.compile import compile_ptx
+    from ptx.runtime import load_kernel
+    return load_kernel(compile_ptx(generate(config, n, k)), KERNEL)
+
+
+def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: int) -> dict[str, dict]:
+    """What each tensor map describes: keyword arguments of ptx.tma.tensor_map_2d (minus the pointer)."""
+    specs = {
+        "tmap_a": dict(dtype=np.uint8, shape=(m, k), row_stride_bytes=k, box=(config.block_m, BLOCK_K), swizzle=128),
+        "tmap_b": dict(dtype=np.uint8, shape=(n, k), row_stride_bytes=k, box=(config.block_n, BLOCK_K), swizzle=128),
+        # sa is (Kb, M) floats in memory (M-major, rows padded to sa_stride): a box is one K group's BLOCK_M
+        "tmap_sa": dict(dtype=np.float32, shape=(k // BLOCK_K, m), row_stride_bytes=4 * sa_stride,
+                        box=(1, config.block_m), swizzle=0),
+    }
+    if config.epilogue == "tma":
+        columns = tma_store_box_columns(config.block_n)
+        specs["tmap_d"] = dict(dtype=np.uint16, shape=(m, n), row_stride_bytes=2 * n, box=(config.block_m, columns),
+                               swizzle=128 if columns == 64 else 0)
+    return specs
+
+
+@functools.lru_cache(maxsize=1024)
+def tensor_maps(config: KernelConfig, pointers: tuple[int, int, int, int], m: int, n: int, k: int,
+                sa_stride: int) -> tuple:
+    """The encoded maps of one call, in parameter order (host-side only; cached per pointers and shape)."""
+    from ptx.tma import tensor_map_2d
+    specs = tensor_map_specs(config, m, n, k, sa_stride)
+    by_name = dict(zip(("tmap_a", "tmap_b", "tmap_sa", "tmap_d"), pointers))
+    return tuple(tensor_map_2d(by_name[name], **spec) for name, spec in specs.items())
+
+
+def grid(config: KernelConfig, m: int, n: int, sm_count: int) -> int:
+    """CTAs to launch: one per tile, or (persistent) one per SM, never more than there are tiles."""
+    tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
+    return min(tiles, sm_count) if config.persistent else tiles
+
+
+def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
+    """Run ``config``'s kernel on validated arguments (gemm.validate.GemmArgs)."""
+    m, n, k = args.m, args.n, args.k
+    plan = SharedPlan(config, n, k)
+    maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
+    kernel(config, n, k).launch(grid(config, m, n, sm_count), config.threads, [*maps, args.sb.ptr, args.d.ptr, m],
+                                shared_bytes=plan.shared_bytes, stream=stream)
+
+
+__all__ = ["kernel", "tensor_map_specs", "tensor_maps", "grid", "launch"]

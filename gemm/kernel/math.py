@@ -1,0 +1,184 @@
+"""The math warpgroups, in one home for stages 05, 06 and the production generator: wgmma issue, scale
+promotion, and the staged BF16 epilogue.
+
+Stages 05 and 06 and every generator config differ in how operand tiles reach shared memory and in who
+schedules the tiles; what the math warpgroups do with a tile is the same, so it lives here:
+
+* **one K block** (:meth:`MathWarpgroups.k_block`): warpgroup g multiplies its 64 rows of the A tile
+  (rows 64g..64g+63) by the whole B tile with four ``wgmma m64nNk32`` (one per 32 bytes of K), the first
+  with scale-d = false so the block's partial sum starts fresh; ``commit_group`` + ``wait_group 0``; then
+  promotion: ``total += partial * (sA[row, g] * sB[n_block, g])``, one FFMA per accumulator (DeepGEMM's
+  rule). Each thread's two rows (l/4 and l/4 + 8 of its warp's 16) get their sA from the stage's scale tile.
+  A ``release`` callback, when given, is emitted right after the wait and before the promotion: the stage's
+  bytes are no longer needed, so a producer may refill it while the FFMAs run (stage 07's rule).
+* **the epilogue** (:meth:`MathWarpgroups.store`): the FP32 totals are rounded to BF16 pairs and written
+  into a shared staging tile in the fragment layout (rows padded by 16 bytes so a warp's 32 stores hit 32
+  different banks), then each warp copies its own 16 rows out with row-contiguous (coalesced) 16-byte
+  stores, masked at ragged edges. Only the warp's own rows are involved, so a warp-level sync suffices.
+  M may be a Python int (stages 05-06 bake it in) or a register holding the run-time M (the generator).
+
+Layout facts (descriptors, swizzle, fragments) are in :mod:`ptx.vocab.wgmma`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from ptx.builder import KernelBuilder
+from ptx.vocab import core, mma
+from ptx.vocab import wgmma as w
+
+WARPGROUP_ROWS = 64  # wgmma's M
+BLOCK_K = 128  # one scale group = one 128-byte swizzle row of e4m3
+K_STEPS = BLOCK_K // 32  # wgmma k32 steps per K block
+A_ROW_BYTES = BLOCK_K
+
+
+def staging_pitch(block_n: int) -> int:
+    """Bytes per row of the BF16 staging tile: padded by 16 so rows l/4 = 0..7 start 4 banks apart."""
+    return 2 * block_n + 16
+
+
+def staging_bytes(block_m: int, block_n: int) -> int:
+    return block_m * staging_pitch(block_n)
+
+
+def store_vector_elements(n: int) -> int:
+    """BF16 elements per global store: 8 (16 bytes) when every row start is 16-byte aligned, else 2 or 1."""
+    return 8 if n % 8 == 0 else (2 if n % 2 == 0 else 1)
+
+
+def store_slots(block_n: int, vec: int, lane: int, it: int) -> tuple[int, int]:
+    """(row within the warp's 16, column) that ``lane`` copies out in pass ``it`` of the epilogue."""
+    per_row = block_n // vec
+    flat = it * 32 + lane
+    return flat // per_row, (flat % per_row) * vec
+
+
+class MathWarpgroups:
+    """Emits the consumer side of a (block_m x block_n) tile into ``b``; ``tid`` is %tid.x in a register."""
+
+    def __init__(self, b: KernelBuilder, block_m: int, block_n: int, tid: str):
+        if block_m % WARPGROUP_ROWS or block_n % 8 or not 8 <= block_n <= 256:
+            raise ValueError(f"block {block_m}x{block_n}: M must be a multiple of 64, N of 8 up to 256")
+        self.b, self.block_m, self.block_n, self.tid = b, block_m, block_n, tid
+        self.warpgroups = block_m // WARPGROUP_ROWS
+        self.threads = 128 * self.warpgroups
+        e, r = b.emit, b.reg
+        self.lane, self.warp = r("u32", "lane"), r("u32", "warp")
+        self.row = r("u32", "frag_row")  # this thread's first accumulator row within the block tile
+        self.wg_a_offset = r("u32", "wg_a")  # byte offset of this warpgroup's 64 rows in the A tile
+        t = r("u32")
+        e(f"and.b32 {self.lane}, {tid}, 31;", f"shr.u32 {self.warp}, {tid}, 5;",
+          f"shl.b32 {self.row}, {self.warp}, 4;", f"shr.u32 {t}, {self.lane}, 2;",
+          f"add.u32 {self.row}, {self.row}, {t};",
+          f"shr.u32 {self.wg_a_offset}, {tid}, 7;",
+          f"mul.lo.u32 {self.wg_a_offset}, {self.wg_a_offset}, {WARPGROUP_ROWS * A_ROW_BYTES};")
+        self.acc = b.regs("f32", block_n // 2, "acc")
+        self.total = b.regs("f32", block_n // 2, "tot")
+        self.zero_totals()
+        # scale-d of wgmma is a predicate: false = overwrite (a fresh partial sum), true = accumulate
+        self.fresh, self.accumulate = r("pred", "p_fresh"), r("pred", "p_acc")
+        e(f"setp.ne.u32 {self.fresh}, {tid}, {tid};", f"setp.eq.u32 {self.accumulate}, {tid}, {tid};")
+        self.constant_desc = w.descriptor_constant_part()
+
+    def zero_totals(self) -> None:
+        self.b.emit(*(f"mov.f32 {x}, 0f00000000;" for x in self.total))
+
+    # -- one K block ---------------------------------------------------------------------------------
+    def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str,
+                release: Callable[[], None] | None = None) -> None:
+        """Multiply this stage's tiles (u32 shared addresses, 1024-aligned) and promote into the totals;
+        ``release()`` emits the stage's release between the wgmma wait and the promotion."""
+        e, r = self.b.emit, self.b.reg
+        a_addr, scratch = r("u32"), r("u32")
+        a_desc, b_desc = r("u64", "adesc"), r("u64", "bdesc")
+        e(f"add.u32 {a_addr}, {a_tile}, {self.wg_a_offset};",
+          w.wgmma_descriptor(a_desc, a_addr, scratch, self.constant_desc),
+          w.wgmma_descriptor(b_desc, b_tile, scratch, self.constant_desc))
+        # this K group's activation scales of the thread's two rows, read before the tensor cores start
+        sa_addr, sa_lo, sa_hi = r("u32"), r("f32", "sa"), r("f32", "sa")
+        e(f"shl.b32 {sa_addr}, {self.row}, 2;", f"add.u32 {sa_addr}, {sa_addr}, {sa_tile};",
+          f"ld.shared.f32 {sa_lo}, [{sa_addr}];", f"ld.shared.f32 {sa_hi}, [{sa_addr}+32];")
+        e(w.wgmma_fence())  # the accumulators were last touched by the FFMAs of the previous block
+        for step in range(K_STEPS):
+            a_k, b_k = a_desc, b_desc
+            if step:  # the start address advances 32 bytes per k32 step; descriptors count 16-byte units
+                a_k, b_k = r("u64", "adesc"), r("u64", "bdesc")
+                advance = step * w.K32_STEP_BYTES >> 4
+                e(f"add.s64 {a_k}, {a_desc}, {advance};", f"add.s64 {b_k}, {b_desc}, {advance};")
+            e(w.wgmma_e4m3(self.acc, a_k, b_k, self.fresh if step == 0 else self.accumulate))
+        e(w.wgmma_commit_group(), w.wgmma_wait_group(0))
+        if release is not None:
+            release()
+        scale_lo, scale_hi = r("f32", "scale"), r("f32", "scale")
+        e(f"mul.f32 {scale_lo}, {sa_lo}, {sb_value};", f"mul.f32 {scale_hi}, {sa_hi}, {sb_value};")
+        for i, (total, partial) in enumerate(zip(self.total, self.acc)):
+            scale = scale_hi if (i // 2) % 2 else scale_lo
+            e(mma.promote(total, partial, scale))
+
+    # -- epilogue -----------------------------------------------------------------------------------
+    def store(self, staging: str, d: str, m0: str, n0: str, m: int | str, n: int) -> None:
+        """BF16(totals) -> D[m0:, n0:] through ``staging`` (u32 shared address of >= staging_bytes bytes).
+
+        The caller must have synchronized the CTA if ``staging`` overlaps operand tiles still being read.
+        """
+        e, r = self.b.emit, self.b.reg
+        pitch = staging_pitch(self.block_n)
+        warp_base, t, write = r("u32", "stg"), r("u32"), r("u32", "stg_w")
+        e(f"mul.lo.u32 {warp_base}, {self.warp}, {16 * pitch};", f"add.u32 {warp_base}, {warp_base}, {staging};",
+          f"shr.u32 {t}, {self.lane}, 2;", f"mul.lo.u32 {write}, {t}, {pitch};",
+          f"and.b32 {t}, {self.lane}, 3;", f"shl.b32 {t}, {t}, 2;", f"add.u32 {write}, {write}, {t};",
+          f"add.u32 {write}, {write}, {warp_base};")
+        for j in range(self.block_n // 8):
+            for half in range(2):
+                packed = r("b32")
+                lo, hi = self.total[4 * j + 2 * half], self.total[4 * j + 2 * half + 1]
+                e(core.cvt_f32x2_to_bf16x2(packed, hi, lo),
+                  f"st.shared.b32 [{write}+{8 * half * pitch + 16 * j}], {packed};")
+        e("bar.warp.sync 0xffffffff;")  # the warp's staging writes are visible to all its lanes
+
+        vec = store_vector_elements(n)
+        nbytes, per_row = 2 * vec, self.block_n // vec
+        lane_row, lane_col = r("u32", "lrow"), r("u32", "lcol")
+        if per_row < 32:
+            e(f"shr.u32 {lane_row}, {self.lane}, {per_row.bit_length() - 1};",
+              f"and.b32 {lane_col}, {self.lane}, {per_row - 1};")
+        else:
+            e(f"mov.u32 {lane_row}, 0;", f"mov.u32 {lane_col}, {self.lane};")
+        read, grow, gcol = r("u32", "stg_r"), r("u32", "grow"), r("u32", "gcol")
+        e(f"mul.lo.u32 {read}, {lane_row}, {pitch};", f"mad.lo.u32 {read}, {lane_col}, {nbytes}, {read};",
+          f"add.u32 {read}, {read}, {warp_base};",
+          f"shl.b32 {grow}, {self.warp}, 4;", f"add.u32 {grow}, {grow}, {lane_row};", f"add.u32 {grow}, {grow}, {m0};",
+          f"mad.lo.u32 {gcol}, {lane_col}, {vec}, {n0};")
+        ptr, wide = r("u64", "dptr"), r("u64")
+        e(f"mul.wide.u32 {ptr}, {grow}, {2 * n};", f"mul.wide.u32 {wide}, {gcol}, 2;",
+          f"add.u64 {ptr}, {ptr}, {wide};", f"add.u64 {ptr}, {ptr}, {d};")
+        ragged_m, ragged_n = not isinstance(m, int) or m % self.block_m != 0, n % self.block_n != 0
+        kind = {8: ("v4.b32", 4), 2: ("b32", 1), 1: ("b16", 1)}[vec]
+        for it in range(16 * per_row // 32):
+            row_off, col_off = it * 32 // per_row, (it * 32) % per_row * vec  # store_slots minus the lane part
+            values = r("b32") if kind[1] == 1 and vec == 2 else None
+            regs = self.b.regs("b32", 4) if vec == 8 else [r("b16") if vec == 1 else values]
+            operand = "{" + ", ".join(regs) + "}" if vec == 8 else regs[0]
+            e(f"ld.shared.{kind[0]} {operand}, [{read}+{row_off * pitch + col_off * 2}];")
+            guards = []
+            if ragged_m:
+                p = r("pred")
+                if isinstance(m, int):
+                    e(f"setp.lt.s32 {p}, {grow}, {m - row_off};")
+                else:
+                    row = r("u32")
+                    e(f"add.u32 {row}, {grow}, {row_off};", f"setp.lt.u32 {p}, {row}, {m};")
+                guards.append(p)
+            if ragged_n:
+                p = r("pred")
+                e(f"setp.lt.s32 {p}, {gcol}, {n - col_off};")
+                guards.append(p)
+            if len(guards) == 2:
+                e(f"and.pred {guards[0]}, {guards[0]}, {guards[1]};")
+            guard = f"@{guards[0]} " if guards else ""
+            e(f"{guard}st.global.{kind[0]} [{ptr}+{2 * (row_off * n + col_off)}], {operand};")
+
+
+__all__ = ["MathWarpgroups", "staging_pitch", "staging_bytes", "store_vector_elements", "store_slots",
+           "BLOCK_K", "K_STEPS", "WARPGROUP_ROWS"]

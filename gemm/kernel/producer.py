@@ -1,0 +1,155 @@
+"""The producer emitters: the TMA ring of S stages in shared memory and who fills it.
+
+Each stage holds one K block's A tile (BLOCK_M x 128 bytes), B tile (BLOCK_N x 128) and A's scales (BLOCK_M
+floats), and two mbarriers: *full* (one arrival with ``expect_tx`` = the stage's bytes, plus the bytes the
+TMA engine delivers) and *empty* (one arrival per math warp once it no longer needs the stage). Waits poll a
+phase parity; the (stage, parity) counters wrap and flip exactly as :mod:`ptx.vocab.tma` describes, and they
+carry on across tiles, so a persistent CTA never drains its ring between tiles.
+
+Two producers:
+
+* :class:`InlineProducer` (stage 06): thread 0 is also a math thread; before computing K block i it refills
+  the stage of K block i + S - 2 (one stage of slack, so it rarely waits for the other warpgroup).
+* :class:`WarpgroupProducer` (stage 07+): a warpgroup of its own gives up registers (``setmaxnreg.dec``), all
+  but one thread exit, and that thread walks the tiles issuing TMA for every K block as soon as its stage is
+  empty. It runs up to S K blocks ahead of the math warpgroups, across tile boundaries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gemm.kernel.config import BLOCK_K, SharedPlan
+from ptx.builder import KernelBuilder
+from ptx.vocab import core
+from ptx.vocab import tma as t
+from ptx.vocab import wgmma as w
+
+
+@dataclass(frozen=True)
+class Stage:
+    """u32 shared addresses of one stage's tiles and barriers."""
+    a_tile: str
+    b_tile: str
+    sa_tile: str
+    full: str
+    empty: str
+
+
+class Ring:
+    """The ring's addresses and counters; ``smem`` is the 1024-aligned shared base (u32 register)."""
+
+    def __init__(self, b: KernelBuilder, plan: SharedPlan, smem: str, tmaps: dict[str, str]):
+        self.b, self.plan, self.smem, self.tmaps = b, plan, smem, tmaps
+
+    def stage(self, stage: str | int) -> Stage:
+        b, p = self.b, self.plan
+        regions = (0, p.b_region, p.sa_region, p.full_region, p.empty_region)
+        sizes = (p.a_tile, p.b_tile, p.sa_tile, 8, 8)
+        out = []
+        for name, region, size in zip(("a_tile", "b_tile", "sa_tile", "full", "empty"), regions, sizes):
+            reg = b.reg("u32", name)
+            if isinstance(stage, int):
+                b.emit(f"add.u32 {reg}, {self.smem}, {region + stage * size};")
+            else:
+                b.emit(f"mad.lo.u32 {reg}, {stage}, {size}, {self.smem};")
+                if region:
+                    b.emit(f"add.u32 {reg}, {reg}, {region};")
+            out.append(reg)
+        return Stage(*out)
+
+    def init_barriers(self, empty_arrivals: int) -> None:
+        """Emitted for one thread: full counts the producer's one arrive.expect_tx; empty one arrival per math warp."""
+        for s in range(self.plan.config.stages):
+            stage = self.stage(s)
+            self.b.emit(t.mbarrier_init(stage.full, 1), t.mbarrier_init(stage.empty, empty_arrivals))
+        self.b.emit(t.fence_mbarrier_init(), t.fence_proxy_async(),  # visible to the TMA unit
+                    *(t.prefetch_tensormap(x) for x in self.tmaps.values()))
+
+    def counters(self, name: str, first_stage: int = 0, first_parity: int = 0) -> tuple[str, str]:
+        stage, parity = self.b.reg("u32", f"{name}_stage"), self.b.reg("u32", f"{name}_parity")
+        self.b.emit(f"mov.u32 {stage}, {first_stage};", f"mov.u32 {parity}, {first_parity};")
+        return stage, parity
+
+    def advance(self, stage: str, parity: str) -> None:
+        """stage += 1; on the wrap to 0 the parity flips (pipeline bookkeeping of ptx.vocab.tma)."""
+        e, r = self.b.emit, self.b.reg
+        wrap, flipped = r("pred"), r("u32")
+        e(f"add.u32 {stage}, {stage}, 1;", f"setp.eq.u32 {wrap}, {stage}, {self.plan.config.stages};",
+          f"selp.u32 {stage}, 0, {stage}, {wrap};", f"xor.b32 {flipped}, {parity}, 1;",
+          f"selp.u32 {parity}, {flipped}, {parity}, {wrap};")
+
+    def load(self, stage: Stage, k_block: str | int, m0: str, n0: str) -> None:
+        """Expect the stage's bytes on its full barrier, then the three TMA copies of K block ``k_block``."""
+        e = self.b.emit
+        k_byte = self.b.reg("u32", "kx")
+        e(f"shl.b32 {k_byte}, {k_block}, 7;" if isinstance(k_block, str) else f"mov.u32 {k_byte}, {k_block * BLOCK_K};")
+        e(t.mbarrier_arrive_expect_tx(stage.full, self.plan.stage_bytes),
+          t.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0, stage.full),
+          t.tma_load_2d(stage.b_tile, self.tmaps["tmap_b"], k_byte, n0, stage.full),
+          t.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block, stage.full))
+
+    def wait(self, barrier: str, parity: str, what: str) -> None:
+        ready = self.b.reg("pred")
+        self.b.emit(t.mbarrier_wait_parity(barrier, parity, ready, self.b.label(what)))
+
+
+class InlineProducer:
+    """Stage 06's producer: thread 0 (``is_producer``) keeps ``stages - 2`` K blocks in flight ahead of its own."""
+
+    def __init__(self, ring: Ring, is_producer: str, m0: str, n0: str):
+        self.ring, self.is_producer, self.m0, self.n0 = ring, is_producer, m0, n0
+        self.ahead = ring.plan.config.stages - 2
+
+    def prologue(self) -> tuple[str, str, str]:
+        """Start K blocks 0..ahead-1 (fresh stages: no waits); returns the (j, stage, parity) refill counters."""
+        b, ring, kb = self.ring.b, self.ring, self.ring.plan.kb
+        skip = b.label("prologue_done")
+        b.emit(f"@!{self.is_producer} bra {skip};")
+        for j in range(min(self.ahead, kb)):
+            ring.load(ring.stage(j), j, self.m0, self.n0)
+        b.place(skip)
+        j = b.reg("u32", "j")
+        b.emit(f"mov.u32 {j}, {self.ahead};")
+        stage, parity = ring.counters("p", self.ahead % ring.plan.config.stages,
+                                      t.producer_wait_parity(self.ahead, ring.plan.config.stages))
+        return j, stage, parity
+
+    def refill(self, j: str, stage: str, parity: str) -> None:
+        """Thread 0 refills the stage of K block j once every math warp released it (then j, stage advance)."""
+        b, ring = self.ring.b, self.ring
+        idle, done = b.reg("pred"), b.label("produced")
+        b.emit(f"setp.ge.or.u32 {idle}, {j}, {ring.plan.kb}, !{self.is_producer};", f"@{idle} bra {done};")
+        refill = ring.stage(stage)
+        ring.wait(refill.empty, parity, "wait_empty")
+        ring.load(refill, j, self.m0, self.n0)
+        b.place(done)
+        ring.advance(stage, parity)
+        b.emit(f"add.u32 {j}, {j}, 1;")
+
+
+class WarpgroupProducer:
+    """Stage 07+'s producer warpgroup: emitted as the body of that warpgroup's branch."""
+
+    def __init__(self, ring: Ring, registers: tuple[int, int] | None, leader: str):
+        self.ring, self.registers, self.leader = ring, registers, leader
+
+    def emit(self, scheduler) -> None:
+        b, ring, kb = self.ring.b, self.ring, self.ring.plan.kb
+        if self.registers:
+            b.emit(w.setmaxnreg(self.registers[0], increase=False))
+        b.emit(f"@!{self.leader} {core.exit_thread()}")  # one thread issues every copy
+        # a fresh empty barrier passes a parity-1 wait at once: the first round of stages needs no release
+        stage, parity = ring.counters("prod", 0, 1)
+        with scheduler.tiles() as (m0, n0):
+            k, more = b.reg("u32", "pk"), b.reg("pred")
+            top = b.label("produce")
+            b.emit(f"mov.u32 {k}, 0;")
+            b.place(top)
+            slot = ring.stage(stage)
+            ring.wait(slot.empty, parity, "wait_empty")
+            ring.load(slot, k, m0, n0)
+            ring.advance(stage, parity)
+            b.emit(f"add.u32 {k}, {k}, 1;", f"setp.lt.u32 {more}, {k}, {kb};", f"@{more} bra {top};")
+
+
+__all__ = ["Ring", "Stage", "InlineProducer", "WarpgroupProducer"]

@@ -1,0 +1,226 @@
+"""The production generator (gemm.kernel) and stages 07-08: assembly and SASS, heuristics, schedule and layout
+maths, import direction (CPU); bit-identical to stage 06, ragged shapes, NaN-poisoned outputs, M at run time (GPU)."""
+import ast
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import lessons
+from gemm.fp8 import random_problem
+from gemm.heuristics import H100, DeviceFacts, choose_blocks, choose_config, raster_group
+from gemm.kernel import KERNEL, KernelConfig, SharedPlan, generate
+from gemm.kernel.epilogue import d_tile_offset
+from gemm.kernel.scheduler import schedule, tile_coords
+from lessons.generated import stage06_config
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tc_checks import (RAGGED_SHAPES, assert_clean_resources, assert_exact, check_against_reference,  # noqa: E402
+                       run_on_gpu, small_integer_problem)
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE07, STAGE08 = lessons.stage(7), lessons.stage(8)
+
+
+def assemble(config, n, k):
+    from ptx.compile import compile_ptx
+    from ptx.sass import disassemble, opcode_counts
+    cubin = compile_ptx(generate(config, n, k))
+    return cubin, opcode_counts(disassemble(cubin))
+
+
+# ------------------------------------------------------------------------------ CPU: assembly and SASS
+@pytest.mark.parametrize("m, n, k", [(4096, 4096, 7168), (64, 2112, 7168), (100, 2111, 256), (4096, 7168, 16384)])
+@pytest.mark.parametrize("number", [7, 8])
+def test_stages_07_08_assemble_clean_with_their_instructions(number, m, n, k):
+    config = lessons.stage(number).config(m, n, k)
+    cubin, ops = assemble(config, n, k)
+    assert_clean_resources(cubin, KERNEL)
+    assert not [w for w in cubin.warnings if "setmaxnreg" in w or "C7508" in w or "C7504" in w], cubin.warnings
+    assert "setmaxnreg" not in cubin.info_log  # no "setmaxnreg ignored" note either
+    assert ops["USETMAXREG"] == 2  # one dealloc (producer), one alloc (math)
+    assert ops["QGMMA"] >= 4 and ops["UTMALDG"] >= 3
+    if config.epilogue == "tma":
+        assert ops["UTMASTG"] >= 1 and ops["STSM"] >= 1
+    assert (config.epilogue == "tma") == (number == 8 and n % 8 == 0)
+
+
+@pytest.mark.parametrize("m, n, k", [(64, 2112, 7168), (128, 2112, 7168), (4096, 7168, 16384), (4096, 4096, 7168),
+                                     (128, 32768, 512), (1, 24576, 1536)])
+def test_production_configs_assemble_clean(m, n, k):
+    config = choose_config(m, n, k, H100)
+    cubin, ops = assemble(config, n, k)
+    assert_clean_resources(cubin, KERNEL)
+    assert ops["USETMAXREG"] == 2 and ops["UTMASTG"] >= 1
+
+
+def test_stage06_config_assembles_without_setmaxnreg_through_nvjitlink():
+    from ptx.compile import choose_assembler
+    ptx = generate(stage06_config(4096, 4096, 7168), 4096, 7168)
+    assert "setmaxnreg" not in ptx and choose_assembler(ptx) == "nvjitlink"
+    cubin, ops = assemble(stage06_config(4096, 4096, 7168), 4096, 7168)
+    assert_clean_resources(cubin, KERNEL)
+    assert ops["USETMAXREG"] == 0 and ops["UTMASTG"] == 0
+
+
+def test_one_kernel_serves_every_m():
+    """M is a parameter: the PTX depends on (config, N, K) only, and names M's parameter."""
+    config = choose_config(4096, 2112, 7168, H100)
+    ptx = generate(config, 2112, 7168)
+    assert f"{KERNEL}_param_m" in ptx and "4096" not in ptx.split(".entry")[1].split("{")[0]
+    assert STAGE08.config(2000, 2112, 7168) == STAGE08.config(2050, 2112, 7168)
+    assert STAGE08.generate(2000, 2112, 7168) == STAGE08.generate(2050, 2112, 7168)
+
+
+# ------------------------------------------------------------------------------ CPU: configs and heuristics
+@pytest.mark.parametrize("bad, words", [
+    (dict(block_m=96), "block_m"), (dict(block_n=12), "multiple of 8"), (dict(block_n=96), "straddle"),
+    (dict(producer="inline"), "inline producer"), (dict(multicast=2), "stage 09"),
+    (dict(registers=(40, 256)), "65536"), (dict(epilogue="direct"), "epilogue"),
+])
+def test_bad_configs_are_named(bad, words):
+    with pytest.raises(ValueError, match=words):
+        KernelConfig(**bad)
+
+
+def test_tma_epilogue_needs_16_byte_rows():
+    with pytest.raises(ValueError, match="N % 8"):
+        generate(KernelConfig(), 2111, 256)
+
+
+def test_plans_fit_and_align():
+    for shape in [(4096, 7168, 16384), (64, 2112, 7168), (128, 24576, 1536)]:
+        config = choose_config(*shape, H100)
+        plan = SharedPlan(config, shape[1], shape[2])
+        plan.check()
+        assert plan.b_region % 1024 == 0 and plan.d_region % 1024 == 0 and plan.full_region % 8 == 0
+        assert plan.shared_bytes <= H100.shared_limit and config.stages >= 3
+
+
+def test_heuristics_follow_waves_then_last_wave():
+    assert choose_blocks(4096, 4096, 132) == (128, 128)
+    assert choose_blocks(64, 2112, 132) == (64, 16)  # 132 tiles: every SM busy
+    assert choose_blocks(128, 4096, 132) == (64, 64)  # DeepGEMM's pick too
+    assert choose_blocks(64, 7168, 132) == (64, 64)  # 112 tiles in one wave beats two waves of 224
+    assert choose_blocks(4096, 4096, 78) == (128, 128)  # another SM count, same blocks
+    small = DeviceFacts(sm_count=66, shared_limit=H100.shared_limit)
+    assert choose_blocks(64, 2112, small.sm_count) == (64, 32)  # the SM count is read, not assumed
+
+
+def test_raster_group_minimises_a_wave_footprint():
+    assert raster_group(128, 128, 132) in (8, 16)
+    assert raster_group(64, 16, 132) == 16  # narrow tiles: wide groups
+
+
+def test_no_module_under_ptx_or_gemm_imports_lessons():
+    offenders = []
+    for folder in ("ptx", "gemm"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "lessons"]
+                if folder == "ptx":
+                    offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "gemm"]
+    assert not offenders, offenders
+
+
+# ------------------------------------------------------------------------------ CPU: schedule and D layout
+@pytest.mark.parametrize("m_blocks, n_blocks, group", [(32, 17, 16), (3, 7, 2), (5, 33, 8), (1, 132, 16), (7, 5, 0)])
+def test_every_tile_is_scheduled_once(m_blocks, n_blocks, group):
+    grid = 13
+    seen = [coord for cta in range(grid) for coord in schedule(cta, grid, m_blocks, n_blocks, group)]
+    assert sorted(seen) == [(mb, nb) for mb in range(m_blocks) for nb in range(n_blocks)]
+
+
+def test_grouped_order_keeps_a_wave_within_a_few_n_blocks():
+    coords = [tile_coords(t, 32, 56, 16) for t in range(132)]
+    assert len({nb for _, nb in coords}) == 16 and len({mb for mb, _ in coords}) == 9
+
+
+@pytest.mark.parametrize("block_m, block_n", [(128, 128), (64, 64), (64, 16), (128, 32)])
+def test_d_tile_layout_is_a_permutation_and_stmatrix_rows_hit_distinct_banks(block_m, block_n):
+    offsets = {d_tile_offset(r, c, block_m, block_n) for r in range(block_m) for c in range(0, block_n, 8)}
+    assert len(offsets) == block_m * block_n // 8 and max(offsets) < 2 * block_m * block_n
+    if block_n % 64 == 0:  # the 8 rows one stmatrix matrix writes: 8 different 16-byte bank groups
+        for col in range(0, block_n, 8):
+            banks = {d_tile_offset(r, col, block_m, block_n) % 128 // 16 for r in range(8)}
+            assert len(banks) == 8
+
+
+# ------------------------------------------------------------------------------ GPU
+def _configured(config):
+    from gemm.api import gemm
+    return SimpleNamespace(gemm=lambda a, sa, b, sb, d, stream=None: gemm(a, sa, b, sb, d, stream, config=config))
+
+
+GPU_CONFIGS = {
+    "06-generated": lambda m, n, k: stage06_config(m, n, k),
+    "07": STAGE07.config, "08": STAGE08.config,
+    "production": lambda m, n, k: choose_config(m, n, k),
+    "08-staged-persistent": lambda m, n, k: STAGE08.config(m, n, k).replace(epilogue="staged"),
+    "08-64x16": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=16, stages=6),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(128, 128, 1152), (300, 256, 384), (100, 136, 256), (520, 1024, 640)])
+def test_every_config_is_bit_identical_to_stage06(m, n, k, rng):
+    """Same promotion order, same rounding: every generator config reproduces stage 06 bit for bit."""
+    problem = small_integer_problem(m, n, k, rng) if m < 200 else random_problem(m, n, k, rng)
+    want = run_on_gpu(lessons.stage(6), *problem)
+    for name, config in GPU_CONFIGS.items():
+        if config(m, n, k).epilogue == "tma" and n % 8:
+            continue
+        got = run_on_gpu(_configured(config(m, n, k)), *problem)
+        assert np.array_equal(got, want), f"{name}: {np.argwhere(got != want)[:5].tolist()}"
+    if m < 200:
+        assert_exact(want, problem)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", RAGGED_SHAPES + [(1, 24576, 1536), (4097, 2112, 512)])
+@pytest.mark.parametrize("name", list(GPU_CONFIGS))
+def test_configs_on_ragged_shapes(name, m, n, k, rng):
+    config = GPU_CONFIGS[name](m, n, k)
+    if config.epilogue == "tma" and n % 8:
+        config = config.replace(epilogue="staged")
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    check_against_reference(run_on_gpu(_configured(config), a, sa, b, sb), a, sa, b, sb, rng)
+
+
+@pytest.mark.gpu
+def test_a_new_m_compiles_nothing_and_costs_little(rng):
+    """50 distinct M at N=2112, K=7168 after one call per config: no compile, and little host time per call."""
+    torch = pytest.importorskip("torch")
+    import gemm
+    from ptx import compile as compiler
+    n, k = 2112, 7168
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+    sb = torch.rand(-(-n // 128), k // 128, device="cuda") + 0.5
+    ms = sorted({int(x) for x in np.random.default_rng(int(rng.integers(2**31))).integers(1, 4097, 50)})
+    inputs = {}
+    for m in ms:
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        sa = gemm.get_mn_major_tma_aligned_tensor(torch.rand(m, k // 128, device="cuda") + 0.5)
+        inputs[m] = (a, sa, torch.empty(m, n, dtype=torch.bfloat16, device="cuda"))
+    configs = {choose_config(m, n, k) for m in ms}
+    for config in configs:  # warm each config once (what a serving process does at start-up)
+        m = next(m for m in ms if choose_config(m, n, k) == config)
+        a, sa, out = inputs[m]
+        gemm.fp8_gemm_nt((a, sa), (b, sb), out)
+    torch.cuda.synchronize()
+    compiled = compiler.compile_count
+    start = time.perf_counter()
+    for m in ms:
+        a, sa, out = inputs[m]
+        gemm.fp8_gemm_nt((a, sa), (b, sb), out)
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    kernel_seconds = sum(2 * m * n * k for m in ms) / 1.0e15  # generous: 1000 TFLOP/s would be faster
+    print(f"{len(ms)} distinct M over {len(configs)} configs: {elapsed * 1e3:.1f} ms in all")
+    assert compiler.compile_count == compiled
+    assert elapsed < 0.05 + kernel_seconds, f"{elapsed * 1e3:.1f} ms for {len(ms)} calls"
