@@ -11,6 +11,7 @@ that the ladder (``python -m lessons ladder``) reuses.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ from gemm.testing import Column, bench_kernel, command_line, device_info, format
 # DeepSeek-V3's dense GEMMs (N, K) at decode (M=64, 128) and prefill (M=4096) batch sizes.
 DEEPSEEK_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 DEEPSEEK_SHAPES = [(m, n, k) for m in (64, 128, 4096) for n, k in DEEPSEEK_NK]
+BENCH_SHAPES = DEEPSEEK_SHAPES + [(8192, 8192, 8192)]
+REFERENCE_FILE = Path(__file__).resolve().parent.parent / "results" / "deepgemm_reference.json"
 DIFF_LIMIT = 1e-3  # DeepGEMM's bar for BF16 output
 REFERENCE_ROWS = 512  # rows checked against float64; every element is still checked for being written
 BF16_NAN_BITS = 0x7FC0
@@ -177,9 +180,31 @@ COLUMNS = [
     Column("m", "M"), Column("n", "N"), Column("k", "K"),
     Column("ours_us", "ours us", "{:.1f}"), Column("ours_tflops", "ours TFLOP/s", "{:.0f}"),
     Column("ours_gbps", "ours GB/s", "{:.0f}"), Column("peer_tflops", "cuBLAS TFLOP/s", "{:.0f}"),
-    Column("ratio", "ours/cuBLAS", "{:.2f}x"), Column("diff", "diff", "{:.1e}"),
-    Column("status", "status", align="left"),
+    Column("ratio", "ours/cuBLAS", "{:.2f}x"), Column("dg_ratio", "DeepGEMM/cuBLAS*", "{:.2f}x"),
+    Column("vs_deepgemm", "ours vs DeepGEMM", "{:.2f}x"), Column("vs_stage06", "vs stage 06*", "{:.2f}x"),
+    Column("diff", "diff", "{:.1e}"), Column("status", "status", align="left"),
 ]
+REFERENCE_NOTE = ("* from results/deepgemm_reference.json (DeepGEMM 4499c4c and stage 06 measured on this H100 model "
+                  "with the same timer): a kernel matches DeepGEMM on a shape when its cuBLAS ratio reaches DeepGEMM's")
+
+
+def reference_rows_by_shape(path: Path = REFERENCE_FILE) -> dict:
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {(r["m"], r["n"], r["k"]): r for r in rows}
+
+
+def compare_with_reference(row: dict, reference: dict) -> None:
+    """Add DeepGEMM's cuBLAS ratio and ours relative to it (ratios of ratios: cuBLAS is in both runs)."""
+    known = reference.get((row["m"], row["n"], row["k"]))
+    if not known:
+        return
+    row["dg_ratio"] = known["deepgemm_over_cublas"]
+    if row.get("ratio"):
+        row["vs_deepgemm"] = row["ratio"] / known["deepgemm_over_cublas"]
+        row["vs_stage06"] = row["ratio"] / known["stage06_over_cublas"]
 
 
 def measure_shape(m: int, n: int, k: int, rng, *, with_peer: bool, gemm=None, device="cuda",
@@ -245,6 +270,8 @@ def plot_bench(rows: list[dict], path: Path, *, title: str) -> None:
 def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     if text == "deepseek":
         return list(DEEPSEEK_SHAPES)
+    if text == "bench":
+        return list(BENCH_SHAPES)
     shapes = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
         values = [int(v) for v in part.replace("x", ",").split(",")]
@@ -256,8 +283,8 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gemm.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--shapes", type=parse_shapes, default="deepseek",
-                        help='"deepseek" (the 18 shapes) or "M,N,K;M,N,K;..."')
+    parser.add_argument("--shapes", type=parse_shapes, default="bench",
+                        help='"bench" (the 18 DeepSeek shapes + 8192^3), "deepseek" (the 18) or "M,N,K;M,N,K;..."')
     parser.add_argument("--no-peer", action="store_true", help="skip cuBLAS")
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for gemm_bench.json")
     args = parser.parse_args(argv)
@@ -274,19 +301,21 @@ def main(argv=None) -> int:
         return 1
     from tqdm import tqdm
     rng = np.random.default_rng()
-    rows = []
+    rows, reference = [], reference_rows_by_shape()
     for m, n, k in tqdm(shapes, desc="gemm.bench", unit="shape"):
         rows.append(measure_shape(m, n, k, rng, with_peer=not args.no_peer))
+        compare_with_reference(rows[-1], reference)
         tqdm.write(f"{m}x{n}x{k}: {rows[-1].get('ours_tflops', float('nan')):.0f} TFLOP/s "
                    f"(cuBLAS {rows[-1].get('peer_tflops', float('nan')):.0f}) {rows[-1]['status']}")
     print(format_table(COLUMNS, rows))
+    print(REFERENCE_NOTE)
     for row in rows:
         for key in ("error", "peer_error"):
             if key in row:
                 print(f"{row['m']}x{row['n']}x{row['k']} {key}: {row[key]}")
     path = args.out / "gemm_bench.json"
     device = device_info()
-    write_result(path, command=command_line("gemm.bench"), rows=rows, device=device,
+    write_result(path, command=command_line("gemm.bench"), rows=rows, device=device, reference_note=REFERENCE_NOTE,
                  timing="CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only; median of 5")
     try:
         plot_bench(rows, args.out / "gemm_bench.png", title=f"{device.get('name', 'GPU')}: fp8_gemm_nt vs cuBLAS")

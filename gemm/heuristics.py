@@ -1,8 +1,11 @@
 """Which kernel config a problem gets: block shape, stages, schedule, epilogue; read off the device, not assumed.
 
-DeepGEMM's April-2025 rules, on the block shapes the generator has today (BLOCK_M in {64, 128}, BLOCK_N dividing
-128): fewest *waves* first (a wave = one tile per SM), then the fullest last wave, then ties as DeepGEMM breaks
-them (the same tile count: the smaller block; otherwise the wider BLOCK_N). Stages: as many as the shared-memory
+Block shapes (BLOCK_M in {64, 128, 256}, BLOCK_N dividing 128, what the generator has today) are scored by a
+small cost model: *waves* (a wave = one tile per SM; a persistent grid runs ceil(tiles / SMs) of them) times the
+time of one wave, which is the larger of the tensor-core work and the operand feed of one tile
+(:func:`wave_cost`). DeepGEMM's April rule (fewest waves, then the fullest last wave) compares waves of
+different sizes as if they cost the same; at 4096 x 2112 it would pick 256 x 128 tiles and leave the third wave
+with 8 of them. Stages: as many as the shared-memory
 budget allows. The raster group minimises what one wave of tiles reads: ``g * BLOCK_N + ceil(SMs / g) * BLOCK_M``
 rows for groups of ``g`` n-blocks (DeepGEMM HEAD's rule). The TMA-store epilogue needs 16-byte rows of D
 (N % 8 == 0); other N take the staged one.
@@ -19,10 +22,11 @@ from dataclasses import dataclass
 from gemm.fp8 import ceil_div
 from gemm.kernel.config import SHARED_LIMIT, KernelConfig, max_stages
 
-BLOCK_M_CANDIDATES = (64, 128)
+BLOCK_M_CANDIDATES = (64, 128, 256)
 BLOCK_N_CANDIDATES = (16, 32, 64, 128)
 RASTER_GROUPS = (8, 16)
 MAX_STAGES = 10
+FEED_WEIGHT = 72  # see wave_cost
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
 
@@ -53,36 +57,29 @@ def device_facts(device_id: int = 0) -> DeviceFacts:
     return DeviceFacts(sms, min(shared, SHARED_LIMIT), name.split(b"\0")[0].decode())
 
 
-def _score(block_m: int, block_n: int, m: int, n: int, sms: int) -> tuple[int, int, int]:
-    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
-    waves = ceil_div(tiles, sms)
-    last_wave = tiles % sms or sms
-    return waves, last_wave, tiles
+def wave_cost(block_m: int, block_n: int) -> int:
+    """Relative time of one wave of (block_m x block_n) tiles: the larger of its tensor-core work (BM*BN) and its
+    operand feed ((BM + BN) rows of K per tile). The weight is fitted to two measurements on the H100
+    (results/gemm_bench.json): 256 x 128 tiles run ~1.12x faster per FLOP than 128 x 128 ones at 4096x4096x7168,
+    and 3 waves of them take 1.08x longer than 5 waves of 128 x 128 at 4096x2112x7168. So 128 x 128 tiles are
+    feed-bound (Nsight Compute agrees: L2 at 81% of its throughput, results/ncu_06_4096x7168x16384.txt) and
+    256 x 128 ones are not."""
+    return max(block_m * block_n, FEED_WEIGHT * (block_m + block_n))
 
 
 def choose_blocks(m: int, n: int, sms: int) -> tuple[int, int]:
-    best = None
+    """Fewest modelled cycles: waves x wave_cost; ties go to fewer waves, the larger block, then the taller one
+    (two math warpgroups hide each other's promotion: 128 x 64 beat 64 x 128 by 4% at 128 x 7168 x 2048)."""
+    best_key, best = None, None
     for block_m in BLOCK_M_CANDIDATES:
-        if block_m > 64 and m <= 64:
+        if block_m > 64 and m <= 64 or block_m > 128 and m <= 128:
             continue
         for block_n in BLOCK_N_CANDIDATES:
-            waves, last_wave, tiles = _score(block_m, block_n, m, n, sms)
-            if best is None:
-                best = (block_m, block_n, waves, last_wave, tiles)
-                continue
-            bm, bn, best_waves, best_last, best_tiles = best
-            if (waves, -last_wave) < (best_waves, -best_last):
-                better = True
-            elif (waves, last_wave) == (best_waves, best_last):
-                if tiles == best_tiles:  # the same work split: the smaller block wastes less on the edges
-                    better = block_m * block_n < bm * bn
-                else:
-                    better = block_n > bn
-            else:
-                better = False
-            if better:
-                best = (block_m, block_n, waves, last_wave, tiles)
-    return best[0], best[1]
+            waves = ceil_div(ceil_div(m, block_m) * ceil_div(n, block_n), sms)
+            key = (waves * wave_cost(block_m, block_n), waves, -block_m * block_n, -block_m)
+            if best_key is None or key < best_key:
+                best_key, best = key, (block_m, block_n)
+    return best
 
 
 def raster_group(block_m: int, block_n: int, sms: int) -> int:

@@ -100,12 +100,13 @@ def test_plans_fit_and_align():
         assert plan.shared_bytes <= H100.shared_limit and config.stages >= 3
 
 
-def test_heuristics_follow_waves_then_last_wave():
-    assert choose_blocks(4096, 4096, 132) == (128, 128)
+def test_heuristics_weigh_waves_by_their_cost():
+    assert choose_blocks(4096, 4096, 132) == (256, 128)  # DeepGEMM's pick
     assert choose_blocks(64, 2112, 132) == (64, 16)  # 132 tiles: every SM busy
     assert choose_blocks(128, 4096, 132) == (64, 64)  # DeepGEMM's pick too
     assert choose_blocks(64, 7168, 132) == (64, 64)  # 112 tiles in one wave beats two waves of 224
-    assert choose_blocks(4096, 4096, 78) == (128, 128)  # another SM count, same blocks
+    assert choose_blocks(4096, 4096, 78) == (256, 128)  # another SM count, same blocks
+    assert choose_blocks(4096, 2112, 132) == (128, 128)  # 5 waves of 128-row tiles beat 3 waves (the last 6% full)
     small = DeviceFacts(sm_count=66, shared_limit=H100.shared_limit)
     assert choose_blocks(64, 2112, small.sm_count) == (64, 32)  # the SM count is read, not assumed
 
@@ -163,6 +164,8 @@ GPU_CONFIGS = {
     "production": lambda m, n, k: choose_config(m, n, k),
     "08-staged-persistent": lambda m, n, k: STAGE08.config(m, n, k).replace(epilogue="staged"),
     "08-64x16": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=16, stages=6),
+    "08-256x128": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=256, block_n=128, stages=3),
+    "07-256x64": lambda m, n, k: STAGE07.config(m, n, k).replace(block_m=256, block_n=64, stages=4),
 }
 
 

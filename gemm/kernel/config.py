@@ -44,8 +44,9 @@ class KernelConfig:
     gemm_type: str = "normal"
 
     def __post_init__(self):
-        if self.block_m not in (64, 128):
-            raise ValueError(f"block_m must be 64 (one math warpgroup) or 128 (two), got {self.block_m}")
+        if self.block_m not in (64, 128, 256):
+            raise ValueError(f"block_m must be 64 (one math warpgroup), 128 (two) or 256 (two, two waves each), "
+                             f"got {self.block_m}")
         if self.block_n % 8 or not 8 <= self.block_n <= 256:
             raise ValueError(f"block_n must be a multiple of 8 in 8..256 (wgmma's N), got {self.block_n}")
         if 128 % self.block_n and self.block_n % 128:
@@ -82,7 +83,7 @@ class KernelConfig:
 
     @property
     def math_warpgroups(self) -> int:
-        return self.block_m // 64
+        return min(self.block_m // 64, 2)
 
     @property
     def math_threads(self) -> int:

@@ -78,11 +78,12 @@ class TmaEpilogue:
         else:
             e(f"shl.b32 {self.lane_chunk}, {q}, 4;", f"add.u32 {self.row_address}, {self.row_address}, {self.lane_chunk};")
 
-    def _address(self, group: int) -> str:
-        """Shared address this lane gives stmatrix for the column-group pair starting at ``group`` (even)."""
+    def _address(self, group: int, wave: int) -> str:
+        """Shared address this lane gives stmatrix for the column-group pair starting at ``group`` (even) of
+        wave ``wave`` (its rows lie wave_rows further down; a multiple of 8, so the swizzle phase is the same)."""
         e, r = self.b.emit, self.b.reg
         atom, chunk = divmod(group * 8, self.atom_cols)
-        atom_offset = atom * self.plan.config.block_m * 2 * self.atom_cols
+        atom_offset = (atom * self.plan.config.block_m + wave * self.math.wave_rows) * 2 * self.atom_cols
         address = r("u32")
         if self.atom_cols == 64:
             e(f"xor.b32 {address}, {self.lane_chunk}, {chunk // 8};", f"shl.b32 {address}, {address}, 4;",
@@ -98,16 +99,16 @@ class TmaEpilogue:
         e(f"@{self.store_thread} {t.bulk_wait_group(0, read_only=True)}",  # the previous tile's stores read the tile
           math_barrier(c))
         groups = c.block_n // 8
-        total = self.math.total
-        for g in range(0, groups, 2):
-            regs = []
-            for group in range(g, min(g + 2, groups)):
-                for half in range(2):  # rows l/4 and l/4 + 8 of the warp's 16
-                    packed = b.reg("b32")
-                    lo, hi = total[4 * group + 2 * half], total[4 * group + 2 * half + 1]
-                    e(core.cvt_f32x2_to_bf16x2(packed, hi, lo))
-                    regs.append(packed)
-            e(w.stmatrix(regs, self._address(g)))
+        for wave, total in enumerate(self.math.totals):
+            for g in range(0, groups, 2):
+                regs = []
+                for group in range(g, min(g + 2, groups)):
+                    for half in range(2):  # rows l/4 and l/4 + 8 of the warp's 16
+                        packed = b.reg("b32")
+                        lo, hi = total[4 * group + 2 * half], total[4 * group + 2 * half + 1]
+                        e(core.cvt_f32x2_to_bf16x2(packed, hi, lo))
+                        regs.append(packed)
+                e(w.stmatrix(regs, self._address(g, wave)))
         e(t.fence_proxy_async(), math_barrier(c))  # every warp's stmatrix visible to the TMA unit
         skip = b.label("stored")
         e(f"@!{self.store_thread} bra {skip};")

@@ -61,7 +61,11 @@ class MathWarpgroups:
         if block_m % WARPGROUP_ROWS or block_n % 8 or not 8 <= block_n <= 256:
             raise ValueError(f"block {block_m}x{block_n}: M must be a multiple of 64, N of 8 up to 256")
         self.b, self.block_m, self.block_n, self.tid = b, block_m, block_n, tid
-        self.warpgroups = block_m // WARPGROUP_ROWS
+        # at most two math warpgroups; a taller block gives each of them several 64-row *waves* (DeepGEMM's
+        # 256-row block: warpgroup g owns rows 64g + 128w), which share the B tile and its scale
+        self.warpgroups = min(block_m // WARPGROUP_ROWS, 2)
+        self.waves = block_m // (WARPGROUP_ROWS * self.warpgroups)
+        self.wave_rows = WARPGROUP_ROWS * self.warpgroups
         self.threads = 128 * self.warpgroups
         e, r = b.emit, b.reg
         self.lane, self.warp = r("u32", "lane"), r("u32", "warp")
@@ -74,7 +78,7 @@ class MathWarpgroups:
           f"shr.u32 {self.wg_a_offset}, {tid}, 7;",
           f"mul.lo.u32 {self.wg_a_offset}, {self.wg_a_offset}, {WARPGROUP_ROWS * A_ROW_BYTES};")
         self.acc = b.regs("f32", block_n // 2, "acc")
-        self.total = b.regs("f32", block_n // 2, "tot")
+        self.totals = [b.regs("f32", block_n // 2, "tot") for _ in range(self.waves)]
         self.zero_totals()
         # scale-d of wgmma is a predicate: false = overwrite (a fresh partial sum), true = accumulate
         self.fresh, self.accumulate = r("pred", "p_fresh"), r("pred", "p_acc")
@@ -82,7 +86,7 @@ class MathWarpgroups:
         self.constant_desc = w.descriptor_constant_part()
 
     def zero_totals(self) -> None:
-        self.b.emit(*(f"mov.f32 {x}, 0f00000000;" for x in self.total))
+        self.b.emit(*(f"mov.f32 {x}, 0f00000000;" for total in self.totals for x in total))
 
     # -- one K block ---------------------------------------------------------------------------------
     def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str,
@@ -90,31 +94,34 @@ class MathWarpgroups:
         """Multiply this stage's tiles (u32 shared addresses, 1024-aligned) and promote into the totals;
         ``release()`` emits the stage's release between the wgmma wait and the promotion."""
         e, r = self.b.emit, self.b.reg
-        a_addr, scratch = r("u32"), r("u32")
-        a_desc, b_desc = r("u64", "adesc"), r("u64", "bdesc")
-        e(f"add.u32 {a_addr}, {a_tile}, {self.wg_a_offset};",
-          w.wgmma_descriptor(a_desc, a_addr, scratch, self.constant_desc),
-          w.wgmma_descriptor(b_desc, b_tile, scratch, self.constant_desc))
-        # this K group's activation scales of the thread's two rows, read before the tensor cores start
-        sa_addr, sa_lo, sa_hi = r("u32"), r("f32", "sa"), r("f32", "sa")
-        e(f"shl.b32 {sa_addr}, {self.row}, 2;", f"add.u32 {sa_addr}, {sa_addr}, {sa_tile};",
-          f"ld.shared.f32 {sa_lo}, [{sa_addr}];", f"ld.shared.f32 {sa_hi}, [{sa_addr}+32];")
-        e(w.wgmma_fence())  # the accumulators were last touched by the FFMAs of the previous block
-        for step in range(K_STEPS):
-            a_k, b_k = a_desc, b_desc
-            if step:  # the start address advances 32 bytes per k32 step; descriptors count 16-byte units
-                a_k, b_k = r("u64", "adesc"), r("u64", "bdesc")
-                advance = step * w.K32_STEP_BYTES >> 4
-                e(f"add.s64 {a_k}, {a_desc}, {advance};", f"add.s64 {b_k}, {b_desc}, {advance};")
-            e(w.wgmma_e4m3(self.acc, a_k, b_k, self.fresh if step == 0 else self.accumulate))
-        e(w.wgmma_commit_group(), w.wgmma_wait_group(0))
-        if release is not None:
-            release()
-        scale_lo, scale_hi = r("f32", "scale"), r("f32", "scale")
-        e(f"mul.f32 {scale_lo}, {sa_lo}, {sb_value};", f"mul.f32 {scale_hi}, {sa_hi}, {sb_value};")
-        for i, (total, partial) in enumerate(zip(self.total, self.acc)):
-            scale = scale_hi if (i // 2) % 2 else scale_lo
-            e(mma.promote(total, partial, scale))
+        scratch, b_desc = r("u32"), r("u64", "bdesc")
+        e(w.wgmma_descriptor(b_desc, b_tile, scratch, self.constant_desc))
+        for wave, total in enumerate(self.totals):
+            a_addr, a_desc = r("u32"), r("u64", "adesc")
+            e(f"add.u32 {a_addr}, {a_tile}, {self.wg_a_offset};",
+              *([f"add.u32 {a_addr}, {a_addr}, {wave * self.wave_rows * A_ROW_BYTES};"] if wave else []),
+              w.wgmma_descriptor(a_desc, a_addr, scratch, self.constant_desc))
+            # this K group's activation scales of the thread's two rows, read before the tensor cores start
+            sa_addr, sa_lo, sa_hi = r("u32"), r("f32", "sa"), r("f32", "sa")
+            e(f"shl.b32 {sa_addr}, {self.row}, 2;", f"add.u32 {sa_addr}, {sa_addr}, {sa_tile};",
+              f"ld.shared.f32 {sa_lo}, [{sa_addr}+{4 * wave * self.wave_rows}];",
+              f"ld.shared.f32 {sa_hi}, [{sa_addr}+{4 * wave * self.wave_rows + 32}];")
+            e(w.wgmma_fence())  # the accumulators were last touched by the FFMAs of the previous wave or block
+            for step in range(K_STEPS):
+                a_k, b_k = a_desc, b_desc
+                if step:  # the start address advances 32 bytes per k32 step; descriptors count 16-byte units
+                    a_k, b_k = r("u64", "adesc"), r("u64", "bdesc")
+                    advance = step * w.K32_STEP_BYTES >> 4
+                    e(f"add.s64 {a_k}, {a_desc}, {advance};", f"add.s64 {b_k}, {b_desc}, {advance};")
+                e(w.wgmma_e4m3(self.acc, a_k, b_k, self.fresh if step == 0 else self.accumulate))
+            e(w.wgmma_commit_group(), w.wgmma_wait_group(0))
+            if release is not None and wave == self.waves - 1:
+                release()
+            scale_lo, scale_hi = r("f32", "scale"), r("f32", "scale")
+            e(f"mul.f32 {scale_lo}, {sa_lo}, {sb_value};", f"mul.f32 {scale_hi}, {sa_hi}, {sb_value};")
+            for i, (running, partial) in enumerate(zip(total, self.acc)):
+                scale = scale_hi if (i // 2) % 2 else scale_lo
+                e(mma.promote(running, partial, scale))
 
     # -- epilogue -----------------------------------------------------------------------------------
     def store(self, staging: str, d: str, m0: str, n0: str, m: int | str, n: int) -> None:
@@ -122,9 +129,19 @@ class MathWarpgroups:
 
         The caller must have synchronized the CTA if ``staging`` overlaps operand tiles still being read.
         """
+        for wave in range(self.waves):
+            self._store_wave(wave, staging, d, m0, n0, m, n)
+
+    def _store_wave(self, wave: int, staging: str, d: str, m0: str, n0: str, m: int | str, n: int) -> None:
         e, r = self.b.emit, self.b.reg
         pitch = staging_pitch(self.block_n)
+        total = self.totals[wave]
         warp_base, t, write = r("u32", "stg"), r("u32"), r("u32", "stg_w")
+        if wave:  # the wave's rows sit wave_rows further down, in D and in the staging tile
+            wave_m0, wave_staging = r("u32", "m0w"), r("u32", "stgw")
+            e(f"add.u32 {wave_m0}, {m0}, {wave * self.wave_rows};",
+              f"add.u32 {wave_staging}, {staging}, {wave * self.wave_rows * pitch};")
+            m0, staging = wave_m0, wave_staging
         e(f"mul.lo.u32 {warp_base}, {self.warp}, {16 * pitch};", f"add.u32 {warp_base}, {warp_base}, {staging};",
           f"shr.u32 {t}, {self.lane}, 2;", f"mul.lo.u32 {write}, {t}, {pitch};",
           f"and.b32 {t}, {self.lane}, 3;", f"shl.b32 {t}, {t}, 2;", f"add.u32 {write}, {write}, {t};",
@@ -132,7 +149,7 @@ class MathWarpgroups:
         for j in range(self.block_n // 8):
             for half in range(2):
                 packed = r("b32")
-                lo, hi = self.total[4 * j + 2 * half], self.total[4 * j + 2 * half + 1]
+                lo, hi = total[4 * j + 2 * half], total[4 * j + 2 * half + 1]
                 e(core.cvt_f32x2_to_bf16x2(packed, hi, lo),
                   f"st.shared.b32 [{write}+{8 * half * pitch + 16 * j}], {packed};")
         e("bar.warp.sync 0xffffffff;")  # the warp's staging writes are visible to all its lanes

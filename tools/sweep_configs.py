@@ -1,0 +1,85 @@
+"""Time named kernel configs on one shape with the one kernel timer: for ablations and heuristic checks (GPU).
+
+    python tools/sweep_configs.py 64,7168,2048 production stage06 stage07 stage08 "production:stages=6" \
+        "production:block_n=32,epilogue=staged"
+
+A name is ``production`` (the heuristics' config), ``stageNN`` (a ladder stage's; 06 is the generator configured
+as stage 06) or either with ``:field=value,...`` overrides of gemm.kernel.KernelConfig fields. Every config is
+checked against the float64 reference (NaN-poisoned output) before it is timed. Prints a table; ``--json`` writes
+the rows.
+"""
+import argparse
+import ast
+import json
+import sys
+
+import numpy as np
+
+
+def parse_config(text: str, m: int, n: int, k: int):
+    import lessons
+    from gemm.heuristics import choose_config
+    from lessons.generated import stage06_config
+    base, _, overrides = text.partition(":")
+    if base == "production":
+        config = choose_config(m, n, k)
+    elif base == "stage06":
+        config = stage06_config(m, n, k)
+    elif base.startswith("stage"):
+        config = lessons.stage(int(base[5:])).config(m, n, k)
+    else:
+        raise SystemExit(f"unknown config {base!r}")
+    changes = {}
+    for item in filter(None, overrides.split(",")):
+        key, _, value = item.partition("=")
+        try:
+            changes[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            changes[key] = value
+    changed = config.replace(**changes)
+    if "stages" not in changes:  # a wider tile may not fit the old stage count
+        from gemm.kernel.config import max_stages
+        changed = changed.replace(stages=min(config.stages, max_stages(changed, n, k)))
+    return changed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("shape")
+    parser.add_argument("configs", nargs="+")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    m, n, k = (int(x) for x in args.shape.replace("x", ",").split(","))
+    from gemm.api import gemm
+    from gemm.bench import reference_rows
+    from gemm.fp8 import flops, gemm_bytes, random_problem
+    from gemm.harness import checked_run, device_problem
+    from gemm.testing import Column, bench_kernel, format_table
+    rng = np.random.default_rng()
+    host = random_problem(m, n, k, rng)
+    reference = reference_rows(*host, rng)
+    problem = device_problem(*host)
+    rows = []
+    for name in args.configs:
+        config = parse_config(name, m, n, k)
+
+        def run(a, sa, b, sb, d, stream=None, config=config):
+            gemm(a, sa, b, sb, d, stream, config=config)
+        check = checked_run(run, problem, reference)
+        timing = bench_kernel(lambda stream: run(problem.a, problem.sa, problem.b, problem.sb, problem.d, stream))
+        rows.append({"name": name, "config": config.describe(), "us": timing.median_us,
+                     "tflops": timing.tflops(flops(m, n, k)), "gbps": timing.gbps(gemm_bytes(m, n, k)),
+                     "diff": check["diff"], "ok": check["correct"]})
+    columns = [Column("name", "config name", align="left"), Column("config", "config", align="left"),
+               Column("us", "time (us)", "{:.1f}"), Column("tflops", "TFLOP/s", "{:.0f}"),
+               Column("gbps", "GB/s", "{:.0f}"), Column("diff", "diff", "{:.1e}"), Column("ok", "ok")]
+    print(f"M={m} N={n} K={k}")
+    print(format_table(columns, rows))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"shape": [m, n, k], "rows": rows}, handle, indent=1)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
