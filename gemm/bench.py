@@ -246,6 +246,34 @@ def measure_shape(m: int, n: int, k: int, rng, *, with_peer: bool, gemm=None, de
     return row
 
 
+def time_configs(m: int, n: int, k: int, configs: dict, rng=None) -> list[dict]:
+    """Check (NaN-poisoned, float64 reference) then time each named KernelConfig on one problem: the
+    ablation tables and heuristic checks (tools/sweep_configs.py, ``python -m lessons ablate``)."""
+    from gemm.api import gemm
+    from gemm.harness import checked_run, device_problem
+    from gemm.fp8 import random_problem
+    rng = rng or np.random.default_rng()
+    host = random_problem(m, n, k, rng)
+    reference = reference_rows(*host, rng)
+    problem = device_problem(*host)
+    rows = []
+    for name, config in configs.items():
+        def run(a, sa, b, sb, d, stream=None, config=config):
+            gemm(a, sa, b, sb, d, stream, config=config)
+        check = checked_run(run, problem, reference)
+        timing = bench_kernel(lambda stream: run(problem.a, problem.sa, problem.b, problem.sb, problem.d, stream))
+        rows.append({"name": name, "config": config.describe(), "time_us": timing.median_us,
+                     "tflops": timing.tflops(flops(m, n, k)), "gbps": timing.gbps(gemm_bytes(m, n, k)),
+                     "diff": check["diff"], "status": "ok" if check["correct"] else "WRONG"})
+    return rows
+
+
+CONFIG_COLUMNS = [Column("name", "config name", align="left"), Column("config", "config", align="left"),
+                  Column("time_us", "time (us)", "{:.1f}"), Column("tflops", "TFLOP/s", "{:.0f}"),
+                  Column("gbps", "GB/s", "{:.0f}"), Column("diff", "diff", "{:.1e}"),
+                  Column("status", "status", align="left")]
+
+
 def plot_bench(rows: list[dict], path: Path, *, title: str) -> None:
     """Grouped bars: ours and cuBLAS TFLOP/s per shape (log scale: M=64 and M=4096 differ tenfold)."""
     import matplotlib

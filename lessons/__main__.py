@@ -1,7 +1,9 @@
-"""``python -m lessons ladder|inspect``: run the ladder, or look inside one stage.
+"""``python -m lessons ladder|inspect|diff|ablate``: run the ladder, look inside a stage, compare two, ablate one.
 
     python -m lessons ladder [--m 4096 --n 4096 --k 7168] [--stages 1,2,3] [--no-peer] [--out results]
     python -m lessons inspect 6 [--m 4096 --n 4096 --k 7168]
+    python -m lessons diff 6 7          # config, PTX and SASS-opcode difference (no GPU needed)
+    python -m lessons ablate 8          # each bundled idea of a stage turned off, timed (GPU)
 """
 from __future__ import annotations
 
@@ -32,7 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     ladder = commands.add_parser("ladder", help="check and time every GEMM stage against cuBLAS")
     inspect = commands.add_parser("inspect", help="registers, spills, shared memory and SASS opcodes of a stage")
-    for sub in (ladder, inspect):
+    diff = commands.add_parser("diff", help="config, PTX and SASS difference between two PTX stages")
+    ablate = commands.add_parser("ablate", help="time a stage with each of its bundled ideas turned off (GPU)")
+    for sub in (ladder, inspect, diff, ablate):
         sub.add_argument("--m", type=int, default=4096, help="rows of A and D (default 4096)")
         sub.add_argument("--n", type=int, default=4096, help="rows of B, columns of D (default 4096)")
         sub.add_argument("--k", type=int, default=7168, help="reduction length, a multiple of 128 (default 7168)")
@@ -42,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     ladder.add_argument("--sim-shape", type=_shape, default=(32, 48, 256),
                         help="M,N,K for the simulator run when there is no GPU (default 32,48,256)")
     inspect.add_argument("stage", type=int)
+    diff.add_argument("before", type=int)
+    diff.add_argument("after", type=int)
+    ablate.add_argument("stage", type=int)
+    ablate.add_argument("--out", type=Path, default=Path("results"), help="folder for ablation_NN.json")
     return parser
 
 
@@ -53,6 +61,12 @@ def main(argv=None) -> int:
     if args.command == "ladder":
         from lessons.ladder import main as ladder
         return ladder(args)
+    if args.command == "diff":
+        from lessons.diff_stages import diff
+        return diff(args.before, args.after, args.m, args.n, args.k)
+    if args.command == "ablate":
+        from lessons.ablate import ablate
+        return ablate(args.stage, args.m, args.n, args.k, args.out)
     from lessons.inspect_stage import inspect
     return inspect(args.stage, args.m, args.n, args.k)
 

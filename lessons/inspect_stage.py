@@ -14,7 +14,7 @@ import lessons
 
 KEY_OPCODES = [
     "QGMMA", "HGMMA", "HMMA", "WARPGROUP", "FFMA", "FMUL", "FADD", "F2FP", "UTMALDG", "UTMASTG", "UBLKCP",
-    "SYNCS", "LDGSTS", "LDGDEPBAR", "DEPBAR", "LDSM", "LDS", "STS", "LDG", "STG", "BAR", "USETMAXREG",
+    "SYNCS", "LDGSTS", "LDGDEPBAR", "DEPBAR", "LDSM", "STSM", "LDS", "STS", "LDG", "STG", "BAR", "USETMAXREG",
 ]
 RESOURCE_FIELDS = ["registers", "spill_stores", "spill_loads", "stack_frame", "shared_bytes", "local_bytes",
                    "barriers"]

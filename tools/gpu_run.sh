@@ -26,6 +26,15 @@ for part in "$@"; do
               ${TESTS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -80 ;;
     ladder) $PY -m lessons ladder --out "$OUT" ${LADDER_ARGS:-} 2>&1 | tee "$OUT/ladder.log" | tail -30 ;;
     bench)  $PY -m gemm.bench --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
+    sanitize) # SANITIZE="stage:M,N,K ..." (default: stage 08 and the production kernel, one ragged shape each)
+            for job in ${SANITIZE:-8:2048,2048,512 8:1000,2112,512 production:1000,2112,512 production:4096,4096,512}; do
+              stage=${job%%:*}; shape=${job#*:}
+              for tool in memcheck racecheck synccheck; do
+                echo "--- $tool stage $stage ${shape}"
+                compute-sanitizer --tool $tool --error-exitcode 1 $PY tools/run_once.py $stage ${shape//,/ } 2>&1 | tail -4
+                echo "rc=${PIPESTATUS[0]}"
+              done
+            done 2>&1 | tee "$OUT/sanitizer.txt" ;;
     *) echo "unknown part $part" ;;
   esac
 done

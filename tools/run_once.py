@@ -1,7 +1,9 @@
-"""Run one stage once on one shape and check it: the target for compute-sanitizer and ncu.
+"""Run one stage (or the production kernel) once on one shape and check it: the target for compute-sanitizer
+and ncu.
 
     compute-sanitizer --tool racecheck python3 tools/run_once.py 6 128 2112 512
-    ncu --set full -k regex:gemm python3 tools/run_once.py 6 4096 7168 16384
+    compute-sanitizer --tool memcheck python3 tools/run_once.py production 1000 2112 512
+    ncu --set full -k regex:gemm python3 tools/run_once.py 8 4096 7168 16384
 """
 import sys
 
@@ -12,20 +14,28 @@ from gemm.fp8 import bf16_to_float, calc_diff, random_problem, reference_gemm
 from gemm.harness import device_problem
 
 
-def main(stage_number: int, m: int, n: int, k: int) -> int:
+def main(stage: str, m: int, n: int, k: int) -> int:
     from numba import cuda
     a, sa, b, sb = random_problem(m, n, k)
     problem = device_problem(a, sa, b, sb)
     problem.d.copy_to_device(np.full((m, n), 0x7FC0, np.uint16))
-    lessons.stage(stage_number).gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)
+    if stage == "production":
+        from gemm.api import gemm
+        from gemm.heuristics import choose_config
+        print(f"production config: {choose_config(m, n, k).describe()}")
+    else:
+        gemm = lessons.stage(int(stage)).gemm
+        if hasattr(lessons.stage(int(stage)), "config"):
+            print(f"stage {stage} config: {lessons.stage(int(stage)).config(m, n, k).describe()}")
+    gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)
     cuda.synchronize()
     got = bf16_to_float(problem.d.copy_to_host())
     rows = slice(0, min(m, 256))
     diff = calc_diff(got[rows], reference_gemm(a[rows], sa[rows], b, sb))
     written = not np.isnan(got).any()
-    print(f"stage {stage_number} {m}x{n}x{k}: diff {diff:.2e}, all written: {written}")
+    print(f"stage {stage} {m}x{n}x{k}: diff {diff:.2e}, all written: {written}")
     return 0 if written and diff < 1e-3 else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(*(int(x) for x in sys.argv[1:5])))
+    sys.exit(main(sys.argv[1], *(int(x) for x in sys.argv[2:5])))

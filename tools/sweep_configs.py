@@ -13,8 +13,6 @@ import ast
 import json
 import sys
 
-import numpy as np
-
 
 def parse_config(text: str, m: int, n: int, k: int):
     import lessons
@@ -50,35 +48,15 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     m, n, k = (int(x) for x in args.shape.replace("x", ",").split(","))
-    from gemm.api import gemm
-    from gemm.bench import reference_rows
-    from gemm.fp8 import flops, gemm_bytes, random_problem
-    from gemm.harness import checked_run, device_problem
-    from gemm.testing import Column, bench_kernel, format_table
-    rng = np.random.default_rng()
-    host = random_problem(m, n, k, rng)
-    reference = reference_rows(*host, rng)
-    problem = device_problem(*host)
-    rows = []
-    for name in args.configs:
-        config = parse_config(name, m, n, k)
-
-        def run(a, sa, b, sb, d, stream=None, config=config):
-            gemm(a, sa, b, sb, d, stream, config=config)
-        check = checked_run(run, problem, reference)
-        timing = bench_kernel(lambda stream: run(problem.a, problem.sa, problem.b, problem.sb, problem.d, stream))
-        rows.append({"name": name, "config": config.describe(), "us": timing.median_us,
-                     "tflops": timing.tflops(flops(m, n, k)), "gbps": timing.gbps(gemm_bytes(m, n, k)),
-                     "diff": check["diff"], "ok": check["correct"]})
-    columns = [Column("name", "config name", align="left"), Column("config", "config", align="left"),
-               Column("us", "time (us)", "{:.1f}"), Column("tflops", "TFLOP/s", "{:.0f}"),
-               Column("gbps", "GB/s", "{:.0f}"), Column("diff", "diff", "{:.1e}"), Column("ok", "ok")]
+    from gemm.bench import CONFIG_COLUMNS, time_configs
+    from gemm.testing import format_table
+    rows = time_configs(m, n, k, {name: parse_config(name, m, n, k) for name in args.configs})
     print(f"M={m} N={n} K={k}")
-    print(format_table(columns, rows))
+    print(format_table(CONFIG_COLUMNS, rows))
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"shape": [m, n, k], "rows": rows}, handle, indent=1)
-    return 0 if all(r["ok"] for r in rows) else 1
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
 if __name__ == "__main__":
