@@ -1,6 +1,7 @@
 """Which kernel config a problem gets: block shape, stages, schedule, epilogue; read off the device, not assumed.
 
-Block shapes (BLOCK_M in {64, 128, 256}, BLOCK_N dividing 128, what the generator has today) are scored by a
+Block shapes (BLOCK_M in {64, 128, 256}; BLOCK_N in 16..192, including widths that do not divide 128, whose
+tiles take two B scales) are scored by a
 small cost model: *waves* (a wave = one tile per SM; a persistent grid runs ceil(tiles / SMs) of them) times the
 time of one wave, which is the larger of the tensor-core work and the operand feed of one tile
 (:func:`wave_cost`). DeepGEMM's April rule (fewest waves, then the fullest last wave) compares waves of
@@ -23,10 +24,11 @@ from gemm.fp8 import ceil_div
 from gemm.kernel.config import SHARED_LIMIT, KernelConfig, max_stages
 
 BLOCK_M_CANDIDATES = (64, 128, 256)
-BLOCK_N_CANDIDATES = (16, 32, 64, 128)
+BLOCK_N_CANDIDATES = (16, 32, 64, 128, 192)  # 96 and 160 work but measured no better (issue 8 widens this)
 RASTER_GROUPS = (8, 16)
 MAX_STAGES = 10
 FEED_WEIGHT = 72  # see wave_cost
+TILE_OVERHEAD = FEED_WEIGHT * 256  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
 
@@ -67,16 +69,21 @@ def wave_cost(block_m: int, block_n: int) -> int:
     return max(block_m * block_n, FEED_WEIGHT * (block_m + block_n))
 
 
-def choose_blocks(m: int, n: int, sms: int) -> tuple[int, int]:
-    """Fewest modelled cycles: waves x wave_cost; ties go to fewer waves, the larger block, then the taller one
-    (two math warpgroups hide each other's promotion: 128 x 64 beat 64 x 128 by 4% at 128 x 7168 x 2048)."""
+def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168) -> tuple[int, int]:
+    """Fewest modelled cycles: waves x (K blocks x wave_cost + TILE_OVERHEAD); ties go to fewer waves, the larger
+    block, then the taller one (two math warpgroups hide each other's promotion: 128 x 64 beat 64 x 128 by 4% at
+    128 x 7168 x 2048). The per-tile overhead (prologue, epilogue) matters at small K: at 4096 x 32768 x 512,
+    4096 tiles of 256 x 128 beat 5472 of 128 x 192 by 3%, while at K = 7168 and 8192 the 128 x 192 ones win."""
     best_key, best = None, None
     for block_m in BLOCK_M_CANDIDATES:
         if block_m > 64 and m <= 64 or block_m > 128 and m <= 128:
             continue
         for block_n in BLOCK_N_CANDIDATES:
+            if block_m == 256 and block_n > 128 or staged and block_n & (block_n - 1):
+                continue
             waves = ceil_div(ceil_div(m, block_m) * ceil_div(n, block_n), sms)
-            key = (waves * wave_cost(block_m, block_n), waves, -block_m * block_n, -block_m)
+            cost = waves * (ceil_div(k, 128) * wave_cost(block_m, block_n) + TILE_OVERHEAD)
+            key = (cost, waves, -block_m * block_n, -block_m)
             if best_key is None or key < best_key:
                 best_key, best = key, (block_m, block_n)
     return best
@@ -92,7 +99,7 @@ def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None) -> 
 
     ``FP8LADDER_PRINT_CONFIGS=1`` prints each choice once."""
     device = device or device_facts()
-    block_m, block_n = choose_blocks(m, n, device.sm_count)
+    block_m, block_n = choose_blocks(m, n, device.sm_count, staged=n % 8 != 0, k=k)
     config = KernelConfig(block_m=block_m, block_n=block_n, stages=2, producer="warpgroup", registers=REGISTERS,
                           persistent=True, raster_group=raster_group(block_m, block_n, device.sm_count),
                           epilogue="tma" if n % 8 == 0 else "staged")

@@ -5,7 +5,9 @@
 
 One notebook per stage: the one idea (markdown), the kernel (Numba source, or an excerpt of the generated
 PTX with its resource report and SASS opcode counts), a correctness check against the float64 reference,
-and a timing cell. Every cell runs without a GPU: Numba kernels fall back to the CUDA simulator on tiny
+and a timing cell. Generator stages (07+) also show their one config change, the emitter that implements it,
+the SASS opcode table against the previous stage, figures drawn from the kernel's own layout functions, and
+a cell for the CPU emulator. Every cell runs without a GPU: Numba kernels fall back to the CUDA simulator on tiny
 shapes, PTX is assembled and disassembled on the CPU, and GPU-only work prints what it would need.
 Notebooks are written without outputs and with stable cell ids, so diffs stay readable.
 """
@@ -229,20 +231,25 @@ for m, n, k in shapes:
 
 
 def ptx_notebook(number: int, intro: str, ptx_note: str, keywords, sass_note: str, key_opcodes,
-                 sass_opcodes, check_note: str, shapes_gpu, extra: list[dict] = ()) -> list[dict]:
+                 sass_opcodes, check_note: str, shapes_gpu, extra: list[dict] = (), before: list[dict] = (),
+                 ptx_extra: str = "", ptx_comment: str = "The generator bakes the shape into the text (as "
+                 "DeepGEMM's JIT does): this is the ladder's shape.",
+                 assembler: str = "nvJitLink (ptxas inside): no GPU needed") -> list[dict]:
+    """``before`` goes between the setup and the PTX, ``extra`` after the SASS; ``ptx_extra`` ends the PTX cell."""
     return [
         markdown(intro),
         code(setup_cell(number)),
+        *before,
         markdown(ptx_note),
         code(PTX_HELPERS + f'''\
 
 
-# The generator bakes the shape into the text (as DeepGEMM's JIT does): this is the ladder's shape.
+# {ptx_comment}
 ptx_text = stage.generate(4096, 4096, 7168)
-show_excerpt(ptx_text, {list(keywords)!r})'''),
+show_excerpt(ptx_text, {list(keywords)!r})''' + ptx_extra),
         markdown(sass_note),
         code(f'''\
-cubin = compile_ptx(ptx_text)  # nvJitLink (ptxas inside): no GPU needed
+cubin = compile_ptx(ptx_text)  # {assembler}
 instructions = show_resources(cubin, {list(key_opcodes)!r})'''
              + "".join(f"\nshow_sass(instructions, {op!r})" for op in sass_opcodes)),
         *extra,
@@ -313,6 +320,20 @@ def build() -> dict[str, dict]:
             6, INTRO_06, PTX_06, ["cp.async.bulk.tensor", "mbarrier", "wgmma.mma_async"], SASS_06,
             ["UTMALDG", "SYNCS", "QGMMA", "FFMA"], ["UTMALDG", "SYNCS"], CHECK_NOTE_PTX,
             [(128, 256, 512), (100, 2112, 512), (300, 1000, 1024), (64, 7168, 1024)], extra=PLAN_06),
+        "07_warp_specialization": generated_notebook(
+            7, intro=INTRO_07, config_note=CONFIG_07, emitter_note=EMITTER_07,
+            emitters=["gemm.kernel.producer.WarpgroupProducer.emit"],
+            ptx_note=PTX_07, keywords=["setmaxnreg", "mbarrier.try_wait", "exit"], ptx_extra=PTX_EXTRA_07,
+            sass_note=SASS_07, key_opcodes=["USETMAXREG", "UTMALDG", "SYNCS", "QGMMA", "FFMA"],
+            sass_opcodes=["USETMAXREG"], opcodes_note=OPCODES_07, figures=RING_07, shapes_gpu=SHAPES_GPU_07),
+        "08_persistent_tma_store": generated_notebook(
+            8, intro=INTRO_08, config_note=CONFIG_08, emitter_note=EMITTER_08,
+            emitters=["gemm.kernel.scheduler.TileScheduler.tiles", "gemm.kernel.epilogue.TmaEpilogue.store"],
+            ptx_note=PTX_08, keywords=["div.u32", "%nctaid", "stmatrix", "cp.async.bulk.tensor.2d.global",
+                                       "cp.async.bulk.wait_group"], ptx_extra=PTX_EXTRA_08,
+            sass_note=SASS_08, key_opcodes=["UTMASTG", "STSM", "UTMALDG", "USETMAXREG", "STG", "QGMMA"],
+            sass_opcodes=["UTMASTG", "STSM"], opcodes_note=OPCODES_08, figures=FIGURES_08,
+            shapes_gpu=SHAPES_GPU_08, extra=ABLATION_08),
     }
     return {name: notebook(name, cells) for name, cells in books.items()}
 
@@ -530,6 +551,453 @@ for m, n, k in [(4096, 4096, 7168), (64, 7168, 16384), (128, 2112, 7168)]:
           f"{plan.stage_bytes} bytes/stage x {plan.stages} stages = {plan.shared_bytes} bytes, "
           f"{plan.grid[0] * plan.grid[1]} blocks for 132 SMs")'''),
 ]
+
+
+# ------------------------------------------------------------------------------------------ stages 07-08
+# Generator stages: each is the previous stage's KernelConfig plus one change, so their notebooks show the
+# change three ways (config fields, the emitter's source, the PTX/SASS it produced) before running it.
+
+LADDER_SHAPE = (4096, 4096, 7168)
+
+SPAN_HELPER = '''
+
+
+def show_span(text, first, last, nth=0, after=0, width=118):
+    """The lines from the nth one containing ``first`` (nth=-1: the last) to the next one containing ``last``."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if first in line]
+    ends = [i for i in range(starts[nth], len(lines)) if last in lines[i]] if starts else []
+    if not ends:  # the generator's text moved on: say which marker, not an IndexError
+        raise ValueError(f"no {first!r} ... {last!r} span in this PTX: update the markers in tools/make_notebooks.py")
+    start, end = starts[nth], ends[0]
+    for i in range(start, min(end + after + 1, len(lines))):
+        line = lines[i] if len(lines[i]) <= width else lines[i][:width] + " ..."  # wgmma lines list 64 registers
+        print(f"{i + 1:5d}  {line}")'''
+
+
+def config_cells(number: int, note: str) -> list[dict]:
+    return [
+        markdown(note),
+        code(f'''\
+from lessons.diff_stages import config_changes
+
+SHAPE = {LADDER_SHAPE!r}  # the ladder's (M, N, K)
+config = stage.config(*SHAPE)
+print(f"stage {number:02d}:", config.describe())
+print(f"{{config.threads}} threads, {{stage.shared_bytes(*SHAPE)}} bytes of dynamic shared memory")
+print()
+print("gemm.kernel.KernelConfig fields that differ from stage {number - 1:02d}:")
+for field, before, after in config_changes({number - 1}, {number}, *SHAPE):
+    print(f"  {{field:14s}} {{before!r:>10}} -> {{after!r}}")'''),
+    ]
+
+
+def emitter_cells(note: str, targets: list[str]) -> list[dict]:
+    """``targets``: dotted names of methods ("package.module.Class.method"), printed with inspect.getsource."""
+    classes: dict[str, set[str]] = {}
+    for target in targets:
+        module, cls, _ = target.rsplit(".", 2)
+        classes.setdefault(module, set()).add(cls)
+    imports = "\n".join(f"from {module} import {', '.join(sorted(names))}" for module, names in classes.items())
+    shows = "\n".join(f"print(inspect.getsource({'.'.join(t.rsplit('.', 2)[1:])}))" for t in targets)
+    return [markdown(note), code(f"import inspect\n\n{imports}\n\n{shows}")]
+
+
+def opcode_table_cells(number: int, note: str) -> list[dict]:
+    return [
+        markdown(note),
+        code(f'''\
+from lessons.diff_stages import opcode_table
+
+print(f"{{'SASS family':12s}}{{'stage {number - 1:02d}':>10s}}{{'stage {number:02d}':>10s}}")
+for opcode, before, after in opcode_table({number - 1}, {number}, *SHAPE):
+    print(f"{{opcode:12s}}{{before:10d}}{{after:10d}}" + ("  <-" if before != after else ""))'''),
+    ]
+
+
+EMULATOR_NOTE = """\
+## On the CPU emulator (`ptx.emulate`)
+
+`ptx.emulate` executes the PTX this project generates on NumPy, warpgroup by warpgroup: wgmma, mbarriers,
+TMA loads and stores, named barriers, and the producer/consumer split of warp specialization. The producer is
+preempted after every barrier arrival, so a stage released too early gets overwritten before it is read, as it
+could be on the GPU. `gemm.emulated.run_gemm(config, a, sa, b, sb)` runs the generated kernel of a config on
+host arrays with the tensor maps and grid the launcher would use; here 3 CTAs stand in for the SMs, so the
+persistent kernel walks several tiles per CTA. GPU or not, the result is compared with the float64 reference.
+"""
+
+
+def emulator_cell() -> dict:
+    return code('''\
+# ---- CPU emulator: runs the generated PTX itself, so it is a correctness check without a GPU -----------
+from gemm.emulated import run_gemm
+
+m, n, k = 130, 256, 640  # ragged M, two N tiles, five K blocks: the ring wraps and the parities flip
+a, sa, b, sb = random_problem(m, n, k)
+config = stage.config(m, n, k)
+out = run_gemm(config, a, sa, b, sb, sm_count=3)
+diff = calc_diff(out, reference_gemm(a, sa, b, sb))
+print(f"{config.describe()}")
+print(f"emulated M={m} N={n} K={k}: every element written: {bool(np.isfinite(out).all())}, diff = {diff:.1e}")
+assert np.isfinite(out).all() and diff < 1e-3, "the emulated kernel disagrees with the float64 reference"''')
+
+
+INTRO_07 = """\
+# 07 · Warp specialization + `setmaxnreg`
+
+**The one idea:** loading and computing are different jobs, so give them to different warps. In stage 06
+thread 0 was both the producer and a math thread: it could refill a stage only between its own K blocks, so
+the ring ran `stages - 2` blocks ahead, and its warpgroup's wgmmas waited while it issued copies. Now the
+CTA has one more warpgroup, the **producer**. It hands registers back (`setmaxnreg.dec` to 40 per thread),
+all but one of its threads exit, and the one left does nothing but wait for an *empty* stage and issue the
+next K block's three TMA copies (A, B, A's scales) behind one `arrive.expect_tx` on the stage's *full*
+barrier. The two **math warpgroups** take the registers (`setmaxnreg.inc` to 232) and, per K block: wait
+*full*, issue four wgmmas, wait for them, **release the stage** (one arrival per warp on *empty*), and only
+then promote with FFMA, so the copy into that stage overlaps the promotion.
+
+**What changed vs 06:** two config fields that form one idea, `producer="warpgroup", registers=(40, 232)`.
+Same blocks, same ring layout, same math; B's scales are read into shared memory once per tile.
+
+Why move registers: an SM has 65,536 of them and the launch gives every thread the same count, at most
+65,536 / 384 threads → 168. The math threads need more (64 accumulators + 64 promoted totals + addresses),
+the producer thread needs a few dozen. `setmaxnreg` re-deals them per warpgroup after launch:
+128 × 40 + 256 × 232 = 64,512 ≤ 65,536.
+
+What to look for: `setmaxnreg` in the PTX and `USETMAXREG` in the SASS — ptxas honours it only when it
+assembles the whole program, so `compile_ptx` sends this kernel through standalone ptxas instead of nvJitLink
+(which compiles separately and drops it, warning C7504); the producer's first parity is 1 (a fresh
+barrier passes a parity-1 wait at once, so the first round of stages needs no release); the release placed
+before the FFMAs; and UTMALDG falling to 3 in SASS: one copy of each load in one producer loop, where stage
+06 unrolled a prologue.
+"""
+
+CONFIG_07 = """\
+## The config and its one change
+
+Stage 07 is not hand-written: it is `gemm.kernel.KernelConfig` with stage 06's blocks and ring, plus the
+change above, generated by the production generator (`gemm/kernel/`). `python -m lessons diff 6 7` prints this
+table, the PTX diff and the SASS opcode table below. The stage count may differ from 06's when the new
+layout needs other shared memory (here, the B scales of a tile).
+"""
+
+EMITTER_07 = """\
+## The emitter that implements it
+
+`WarpgroupProducer.emit` writes the producer warpgroup's body: give registers back, exit all but the leader,
+then for every tile of this CTA and every K block wait on *empty* with the running parity, expect the stage's
+bytes on *full*, issue the three copies, advance (stage, parity). The math side, with `setmaxnreg.inc` and the
+release before the promotion, is `gemm.kernel.generator._Kernel.math_body`.
+"""
+
+PTX_07 = """\
+## The generated PTX
+
+The header, the key instructions, then the two roles in full: the math warpgroups' K-block loop up to the
+release and the first promotion FFMAs, and the producer branch. Register names carry the generator's
+counters; `python -m lessons diff 6 7` shows the same text as a diff against stage 06.
+"""
+
+PTX_EXTRA_07 = SPAN_HELPER + '''
+
+
+print("\\nmath warpgroups, one K block: wait full -> 4 wgmmas -> wait -> release empty -> promote")
+show_span(ptx_text, "$wait_full", "mbarrier.arrive.shared", after=3)
+print("\\nthe producer warpgroup")
+show_span(ptx_text, "setmaxnreg.dec", "bra $produce")'''
+
+SASS_07 = """\
+## Resources and SASS
+
+ptxas's register count is what every thread gets at launch (65,536 / 384, rounded down to a multiple of 8);
+`USETMAXREG.DEALLOC.CTAPOOL 0x28` gives the producer's down to 40 and `USETMAXREG.TRY_ALLOC.CTAPOOL 0xe8`
+asks the CTA's pool for 232, retrying (the `UP0` predicate) until the producer's have been returned. This
+kernel needs more than 232 registers nowhere, so no spills.
+"""
+
+OPCODES_07 = """\
+## What changed in the SASS (`lessons diff 6 7`)
+
+The key opcode families of both stages at the ladder's shape. USETMAXREG appears; UTMALDG falls because the
+producer is one loop rather than an unrolled prologue plus a refill; the math itself (QGMMA, FFMA, F2FP) is
+unchanged: this stage moves work between warps, it does not change the arithmetic.
+"""
+
+RING_07 = [
+    markdown("""\
+## The ring, over time
+
+A schematic of S = 4 stages over 10 K blocks (durations are made up; the order and the parities are not).
+The producer may load K block i into stage i mod 4 once the math warpgroups released K block i − 4 from it;
+it polls the stage's *empty* barrier with parity `producer_wait_parity(i, S)`, which starts at 1 (a fresh
+barrier counts as having completed the phase before phase 0). The math warpgroups poll *full* with the
+parity of `pipeline_slot(i, S)`, which flips each time the ring wraps. Both come from `ptx.vocab.tma`, the
+same functions whose PTX the generator emits. Note the release *before* the promotion: the next copy
+into the stage starts while the FFMAs run."""),
+    code('''\
+import matplotlib.pyplot as plt
+from ptx.vocab.tma import pipeline_slot, producer_wait_parity
+
+S, K_BLOCKS = 4, 10
+COPY, MMA, PROMOTE, ISSUE = 3.0, 1.0, 0.6, 0.2  # schematic durations (arbitrary units)
+issue, arrive, start, release = [], [], [], []
+for i in range(K_BLOCKS):
+    # the producer needs stage i % S empty: released by K block i - S (the first S stages start empty)
+    issue.append(max(issue[-1] + ISSUE if issue else 0.0, release[i - S] if i >= S else 0.0))
+    arrive.append(issue[i] + COPY)
+    # the math warpgroups need the bytes and their own previous block's promotion to be done
+    start.append(max(arrive[i], release[i - 1] + PROMOTE if i else 0.0))
+    release.append(start[i] + MMA)
+
+print(" K block  stage  producer waits empty(parity)  math waits full(parity)")
+for i in range(K_BLOCKS):
+    slot, full_parity = pipeline_slot(i, S)
+    print(f"{i:8d} {slot:6d} {producer_wait_parity(i, S):29d} {full_parity:24d}")
+
+fig, ax = plt.subplots(figsize=(12, 3.6))
+rows = {"producer": S + 1, **{f"stage {s}": S - s for s in range(S)}, "math FFMA": 0}
+for i in range(K_BLOCKS):
+    slot, full_parity = pipeline_slot(i, S)
+    y = rows[f"stage {slot}"]
+    ax.broken_barh([(issue[i], COPY)], (y - 0.35, 0.7), color="tab:blue", alpha=0.35)  # TMA in flight
+    ax.broken_barh([(arrive[i], start[i] - arrive[i])], (y - 0.35, 0.7), color="0.85")  # full, not yet used
+    ax.broken_barh([(start[i], MMA)], (y - 0.35, 0.7), color="tab:orange")  # wgmmas read the stage
+    ax.text(issue[i] + 0.05, y, f"k{i}", va="center", fontsize=8)
+    ax.text(start[i] + MMA / 2, y, f"full P{full_parity}", ha="center", va="center", fontsize=7)
+    ax.plot(issue[i], rows["producer"], "v", color="tab:blue")
+    label_y = rows["producer"] + (0.25 if i % 2 == 0 else 0.55)  # staggered: the first issues are close together
+    ax.text(issue[i], label_y, f"E{producer_wait_parity(i, S)}", ha="center", fontsize=7)
+    ax.broken_barh([(release[i], PROMOTE)], (rows["math FFMA"] - 0.35, 0.7), color="tab:green")
+ax.set_yticks(list(rows.values()), list(rows))
+ax.set_ylim(-0.7, S + 2.1)
+ax.set_xlabel("time (schematic)")
+ax.set_title("blue: TMA copy in flight, grey: stage full and waiting, orange: wgmmas (then release), "
+             "green: promotion; E/P = parity waited on", fontsize=9)
+plt.tight_layout()
+plt.show()'''),
+]
+
+INTRO_08 = """\
+# 08 · Persistent tile scheduler + TMA-store epilogue
+
+**The one idea:** stop paying per tile for what only needs paying once per SM. Stage 07 launched one CTA per
+128×128 output tile: every CTA initialised its barriers, waited for its first copies with the tensor cores
+idle, and at the end had every warp store D while nothing else ran. Stage 08 launches one CTA per SM and
+lets each walk the tiles: CTA c computes tiles c, c + grid, c + 2·grid, … Two changes make that pay:
+
+* **a persistent, grouped schedule** (`gemm.kernel.scheduler`). The producer's (stage, parity) counters carry
+  across tiles, so it loads the next tile's first K blocks while the math warpgroups finish this one. Tiles
+  are numbered in groups of G n-blocks (n fastest inside a group), so the ~132 tiles in flight read few
+  distinct rows of A and of B, and those stay in L2.
+* **a TMA-store epilogue** (`gemm.kernel.epilogue.TmaEpilogue`). `stmatrix` writes each warp's BF16 fragments
+  into a 128B-swizzled shared tile without bank conflicts, one thread issues one TMA store per 64-column
+  atom, and nobody waits for it: the next tile's epilogue first waits until those stores have *read* the
+  tile (`cp.async.bulk.wait_group.read 0`), so D drains while the next main loop runs.
+
+**What changed vs 07:** `persistent=True, raster_group=G, epilogue="tma"` (the staged epilogue stays where
+N % 8 ≠ 0: a TMA store needs 16-byte rows). This is two ideas in one stage, so it carries ablations: each
+idea turned off on its own (`python -m lessons ablate 8`). It is also the production kernel's shape:
+`gemm.fp8_gemm_nt` runs this generator with the heuristics' blocks.
+
+What to look for: `%nctaid.x` (the grid size, the tile stride) and `div.u32`/`rem.u32` (the grouped order,
+computed at run time because M is a parameter), `stmatrix`, `cp.async.bulk.tensor.2d.global` (the store,
+SASS `UTMASTG`) with `commit_group`/`wait_group.read`, and in SASS `STSM` replacing the staged epilogue's
+STS/LDS/STG.
+"""
+
+CONFIG_08 = """\
+## The config and its one change
+
+Stage 07's config with the schedule and the epilogue changed (the raster group G comes from
+`gemm.heuristics.raster_group` for the block shape and this device's SM count). The ring may lose a stage:
+the D tile now has its own shared region, since the ring is busy with the next tile while D is stored.
+"""
+
+EMITTER_08 = """\
+## The emitters that implement it
+
+`TileScheduler.tiles` is the tile walk each role runs (the producer and the math warpgroups each run their
+own copy; a static schedule needs no communication): start at `%ctaid.x`, step by `%nctaid.x`, map the tile
+number to (m0, n0). `TmaEpilogue.store` is the new epilogue: wait for the previous tile's stores to have read
+the shared tile, `stmatrix` the BF16 values, fence the async proxy, one thread issues the TMA stores and
+commits them as a bulk group.
+"""
+
+PTX_08 = """\
+## The generated PTX
+
+The key instructions, then the math warpgroups' tile loop head (the grouped tile → (m0, n0) map) and the
+epilogue: the deferred wait, the first `stmatrix`, … the last one, the proxy fence, the TMA stores.
+"""
+
+PTX_EXTRA_08 = SPAN_HELPER + '''
+
+
+print("\\nthe math warpgroups' tile walk")
+show_span(ptx_text, "%ctaid.x", "mul.lo.u32 %n0")
+print("\\nthe epilogue: deferred wait, stmatrix into the swizzled tile ...")
+show_span(ptx_text, "cp.async.bulk.wait_group.read", "stmatrix")
+print("    ... then the TMA stores")
+show_span(ptx_text, "stmatrix", "cp.async.bulk.wait_group 0", nth=-1, after=1)'''
+
+SASS_08 = """\
+## Resources and SASS
+
+`STSM.16.M88.4` is `stmatrix.x4` (four 8×8 matrices of 16-bit values per warp), `UTMASTG.2D` the TMA store,
+`UTMACMDFLUSH` the `commit_group` and `DEPBAR.LE SB0` the bulk-group wait. The registers are 07's: the
+schedule and the epilogue are cheap in registers; USETMAXREG is still there.
+"""
+
+OPCODES_08 = """\
+## What changed in the SASS (`lessons diff 7 8`)
+
+UTMASTG, STSM and DEPBAR appear; STG disappears (D leaves by TMA) and most STS/LDS with it (the staged
+epilogue's shared round trip); BAR rises by the epilogue's named barriers. The math is untouched.
+"""
+
+FIGURES_08 = [
+    markdown("""\
+## The persistent schedule, drawn from the scheduler
+
+`gemm.kernel.scheduler.schedule(cta, grid, m_blocks, n_blocks, raster_group)` is the tile walk the PTX
+computes, in Python. Below: a 12 × 20 grid of tiles and 13 CTAs (a toy GPU), colored by the CTA that computes
+each tile and labeled with its step (the step-0 tiles run together, then step 1, …). Boxed: the first wave,
+the 13 tiles in flight at once. Row-major (G = 0) the wave is a strip across all of B's columns; grouped
+(G = 4) it is a compact block, so it reads fewer A row blocks + B column blocks, and a neighbouring wave
+re-reads what is still in L2."""),
+    code('''\
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
+
+from gemm.heuristics import device_facts
+from gemm.kernel.scheduler import schedule, tile_coords
+
+
+def wave_footprint(m_blocks, n_blocks, grid, group):
+    """Mean over waves of (distinct A row blocks + distinct B column blocks) the wave's tiles read."""
+    coords = [tile_coords(t, m_blocks, n_blocks, group) for t in range(m_blocks * n_blocks)]
+    waves = [coords[w:w + grid] for w in range(0, len(coords), grid)]
+    return np.mean([len({mb for mb, _ in wave}) + len({nb for _, nb in wave}) for wave in waves])
+
+
+M_BLOCKS, N_BLOCKS, GRID = 12, 20, 13
+fig, axes = plt.subplots(1, 2, figsize=(14, 4.8))
+for ax, group in zip(axes, (0, 4)):
+    owner = np.zeros((M_BLOCKS, N_BLOCKS), int)
+    step = np.zeros((M_BLOCKS, N_BLOCKS), int)
+    for cta in range(GRID):
+        for j, (mb, nb) in enumerate(schedule(cta, GRID, M_BLOCKS, N_BLOCKS, group)):
+            owner[mb, nb], step[mb, nb] = cta, j
+    ax.imshow(owner, cmap=plt.get_cmap("tab20", 20), vmin=-0.5, vmax=19.5)
+    for (mb, nb), j in np.ndenumerate(step):
+        ax.text(nb, mb, j, ha="center", va="center", fontsize=7)
+    for t in range(GRID):
+        mb, nb = tile_coords(t, M_BLOCKS, N_BLOCKS, group)
+        ax.add_patch(Rectangle((nb - 0.5, mb - 0.5), 1, 1, fill=False, lw=2, ec="black"))
+    name = "row-major (G = 0)" if group == 0 else f"grouped, G = {group}"
+    ax.set_title(f"{name}: {wave_footprint(M_BLOCKS, N_BLOCKS, GRID, group):.1f} A+B blocks read per wave")
+    ax.set_xlabel("n block")
+    ax.set_ylabel("m block")
+plt.tight_layout()
+plt.show()
+
+m_blocks, n_blocks = -(-SHAPE[0] // config.block_m), -(-SHAPE[1] // config.block_n)
+grid = min(device_facts().sm_count, m_blocks * n_blocks)
+print(f"the ladder's shape: {m_blocks} x {n_blocks} tiles on {grid} CTAs; A+B blocks read per wave: "
+      f"row-major {wave_footprint(m_blocks, n_blocks, grid, 0):.1f}, "
+      f"G = {config.raster_group} {wave_footprint(m_blocks, n_blocks, grid, config.raster_group):.1f}")'''),
+    markdown("""\
+## The D tile in shared memory, drawn from `d_tile_offset`
+
+`stmatrix` writes 8×8 matrices of 16-bit values: 8 rows of one 8-column group, 16 bytes per row. Shared
+memory serves 128 bytes per cycle as 8 chunks of 16 bytes (4 banks each); 8 rows that land in the same chunk
+serialise 8 ways. The TMA store's 128-byte swizzle puts chunk c of row r at chunk c ⊕ (r mod 8), so the 8 rows
+of any column group fill all 8 chunks. Below, the top-left 16 × 64 corner of the tile: which 16-byte chunk
+of its 128-byte row each (row, 8-column group) occupies, without and with the swizzle;
+`gemm.kernel.epilogue.d_tile_offset` is the function the emitted addresses and the emulator use. The boxes
+are two of the 8×8 matrices `stmatrix` writes (an `.x4` writes four: two column groups × two row halves)."""),
+    code('''\
+from gemm.kernel.config import tma_store_box_columns
+from gemm.kernel.epilogue import d_tile_offset
+
+ROWS, GROUPS = 16, 8  # a 16 x 64 corner: 8-column groups of 16 bytes
+row_bytes = 2 * tma_store_box_columns(config.block_n)  # one row of a 64-column BF16 atom: 128 bytes
+swizzled = np.array([[d_tile_offset(r, 8 * g, config.block_m, config.block_n) % row_bytes // 16 for g in range(GROUPS)]
+                     for r in range(ROWS)])
+plain = np.tile(np.arange(GROUPS), (ROWS, 1))  # the same tile, row-major without the swizzle
+fig, axes = plt.subplots(1, 2, figsize=(8, 5.5))
+for ax, chunks, title in ((axes[0], plain, "row-major: 8-way conflicts"), (axes[1], swizzled, "128B swizzle")):
+    ax.imshow(chunks, cmap=plt.get_cmap("tab10", 10), vmin=-0.5, vmax=9.5)
+    for (r, g), chunk in np.ndenumerate(chunks):
+        ax.text(g, r, chunk, ha="center", va="center", fontsize=8)
+    for r0, g in ((0, 0), (8, 3)):  # two of the 8x8 matrices stmatrix writes
+        ax.add_patch(Rectangle((g - 0.5, r0 - 0.5), 1, 8, fill=False, lw=2.5, ec="black"))
+    ax.set_title(f"{title}\\n(number = 16-byte chunk of the row)", fontsize=10)
+    ax.set_xlabel("8-column group (16 bytes of BF16)")
+    ax.set_ylabel("row of D")
+plt.tight_layout()
+plt.show()
+conflict_free = all(len(set(swizzled[r0:r0 + 8, g])) == 8 for r0 in range(0, ROWS, 8) for g in range(GROUPS))
+print("every 8-row matrix of the swizzled tile covers 8 distinct chunks:", conflict_free)'''),
+]
+
+ABLATION_08 = [
+    markdown("""\
+## Ablations: each idea of this stage turned off on its own
+
+`ABLATIONS` lists, per idea, the config change that undoes it. `python -m lessons ablate 8` checks and times
+stage 07, stage 08 and each ablation on the same shape with the same timer (a Hopper GPU is needed) and
+writes `results/ablation_08.json`, which this cell prints when it exists."""),
+    code('''\
+import json
+from pathlib import Path
+
+from lessons.ablate import ablation_configs
+
+for label, change in stage.ABLATIONS.items():
+    print(f"{label:24s} {change}")
+print()
+for name, ablated in ablation_configs(8, *SHAPE).items():
+    print(f"  {name:32s} {ablated.describe()}")
+
+ablation = Path(ROOT, "results", "ablation_08.json")
+if ablation.exists():
+    from gemm.bench import CONFIG_COLUMNS
+    from gemm.testing import Column, format_table
+    result = json.loads(ablation.read_text())
+    print(f"\\nresults/ablation_08.json ({result['device'].get('name', '?')}, {result['date'][:10]}), "
+          f"M={result['shape']['m']} N={result['shape']['n']} K={result['shape']['k']}:")
+    print(format_table(CONFIG_COLUMNS + [Column("vs_stage", "vs stage 08", "{:.2f}x")], result["rows"]))
+else:
+    print("\\nNo results/ablation_08.json yet: on a Hopper GPU, python -m lessons ablate 8 writes it.")'''),
+]
+
+SHAPES_GPU_07 = [(128, 256, 512), (100, 2112, 512), (300, 1000, 1024), (100, 2111, 256), (64, 7168, 1024)]
+# more tiles than SMs: every CTA walks several tiles, so the ring and the deferred store wait cross tiles
+SHAPES_GPU_08 = SHAPES_GPU_07 + [(1000, 4096, 512)]
+
+
+def generated_notebook(number: int, *, intro, config_note, emitter_note, emitters, ptx_note, keywords,
+                       ptx_extra, sass_note, key_opcodes, sass_opcodes, opcodes_note, figures, shapes_gpu,
+                       extra=()) -> list[dict]:
+    return ptx_notebook(
+        number, intro, ptx_note, keywords, sass_note, key_opcodes, sass_opcodes, CHECK_NOTE_GENERATED, shapes_gpu,
+        before=[*config_cells(number, config_note), *emitter_cells(emitter_note, emitters)],
+        extra=[*opcode_table_cells(number, opcodes_note), *figures, *extra, markdown(EMULATOR_NOTE), emulator_cell()],
+        ptx_extra=ptx_extra,
+        ptx_comment="The config is generated for (N, K); M is a kernel parameter. This is the ladder's shape.",
+        assembler="setmaxnreg inside: standalone ptxas, whole-program (ptx/compile.py says why)")
+
+
+CHECK_NOTE_GENERATED = """\
+## Is it right?
+
+On a Hopper GPU: fresh random operands, NaN-poisoned output, `diff` against the float64 reference (a correct
+kernel lands near 1e-6, the BF16 rounding of the output; the pass mark is 1e-3), on ragged shapes: M not a
+multiple of the block, N = 2112, N = 2111 (no 16-byte rows: stage 08 keeps the staged epilogue there), and for
+stage 08 a shape with more tiles than SMs, so each CTA walks several tiles and the ring's parities and the
+deferred store wait cross tile boundaries. The config is chosen per shape (`stage.config(m, n, k)`), as the
+ladder does. Without a GPU this cell only says so.
+"""
 
 
 def ptx_dequant_cells() -> list[dict]:

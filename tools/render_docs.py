@@ -54,9 +54,20 @@ def ladder_block(result: dict, png: Path | None, doc_dir: Path) -> str:
 def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
     from gemm.bench import COLUMNS
     lines = [describe_device(result), "", format_table(COLUMNS, result["rows"], markdown=True)]
+    if result.get("reference_note"):
+        lines += ["", result["reference_note"]]
     if png is not None and png.exists():
         lines += ["", f"![fp8_gemm_nt vs cuBLAS, TFLOP/s per shape]({_relative(png, doc_dir)})"]
     return "\n".join(lines)
+
+
+def ablation_block(result: dict) -> str:
+    from gemm.bench import CONFIG_COLUMNS
+    from gemm.testing import Column
+    shape = result.get("shape", {})
+    columns = CONFIG_COLUMNS[:-1] + [Column("vs_stage", "vs the full stage", "{:.2f}x"), CONFIG_COLUMNS[-1]]
+    return "\n".join([f"M={shape.get('m')}, N={shape.get('n')}, K={shape.get('k')}. {describe_device(result)}", "",
+                      format_table(columns, result["rows"], markdown=True)])
 
 
 def _relative(path: Path, start: Path) -> str:
@@ -101,6 +112,8 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
         "gemm_bench_results": bench_block(read_result(bench_json), results / "gemm_bench.png", docs)
         if bench_json.exists() else _missing("python -m gemm.bench", "gemm_bench.json"),
     }
+    for ablation in sorted(results.glob("ablation_*.json")):
+        blocks[ablation.stem] = ablation_block(read_result(ablation))
     rendered = {}
     if ladder_json.exists() and lessons is not None:
         rendered.update(measured_lines(read_result(ladder_json), lessons))

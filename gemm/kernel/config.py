@@ -17,6 +17,7 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from gemm.fp8 import ceil_div
@@ -49,11 +50,12 @@ class KernelConfig:
                              f"got {self.block_m}")
         if self.block_n % 8 or not 8 <= self.block_n <= 256:
             raise ValueError(f"block_n must be a multiple of 8 in 8..256 (wgmma's N), got {self.block_n}")
-        if 128 % self.block_n and self.block_n % 128:
-            raise ValueError(f"block_n={self.block_n} would straddle two 128-wide B-scale blocks; the unaligned "
-                             "BLOCK_N scale handling arrives with the heuristics issue (stage 09-10)")
-        if self.block_n > 128:
-            raise ValueError(f"block_n={self.block_n}: tiles wider than one B-scale block are not generated yet")
+        if self.block_n > 128 and math.gcd(self.block_n, 128) != self.block_n - 128:
+            raise ValueError(f"block_n={self.block_n}: a tile may span at most two 128-wide B-scale blocks, which "
+                             "for BLOCK_N > 128 needs gcd(BLOCK_N, 128) == BLOCK_N - 128 (144, 160, 192, 256)")
+        if self.producer == "inline" and 128 % self.block_n:
+            raise ValueError(f"the inline producer (stage 06) reads one B scale per K block: block_n must divide "
+                             f"128, got {self.block_n}")
         if self.producer not in ("inline", "warpgroup"):
             raise ValueError(f"producer must be 'inline' or 'warpgroup', got {self.producer!r}")
         if self.producer == "inline" and (self.persistent or self.registers):
@@ -68,6 +70,12 @@ class KernelConfig:
                                  "65536 registers of an SM")
         if self.epilogue not in ("staged", "tma"):
             raise ValueError(f"epilogue must be 'staged' or 'tma', got {self.epilogue!r}")
+        if self.epilogue == "staged" and self.block_n & (self.block_n - 1):
+            raise ValueError(f"the staged epilogue splits a row over a power-of-two number of lanes: block_n must "
+                             f"be a power of two, got {self.block_n} (use epilogue='tma')")
+        if self.block_m == 256 and self.block_n > 128:
+            raise ValueError(f"256 x {self.block_n} tiles need 2 x {self.block_n // 2} + {self.block_n // 2} "
+                             "accumulator registers per thread: more than the 232 a math thread gets")
         if self.raster_group < 0:
             raise ValueError(f"raster_group must be >= 0, got {self.raster_group}")
         if self.stages < 2:
@@ -92,6 +100,21 @@ class KernelConfig:
     @property
     def threads(self) -> int:
         return self.math_threads + (WARPGROUP if self.producer == "warpgroup" else 0)
+
+    @property
+    def uniform_scale_b(self) -> bool:
+        """Every tile lies inside one 128-wide B-scale block (BLOCK_N divides 128): one B scale per K block."""
+        return 128 % self.block_n == 0
+
+    @property
+    def former_groups_variants(self) -> tuple[int, ...]:
+        """The 8-column groups a tile takes from its first B-scale block, over every tile position: the tile's
+        n0 % 128 is a multiple of gcd(BLOCK_N, 128), so few values occur and each gets its own compiled K loop
+        (the switch point is a compile-time constant there, as in DeepGEMM's num_former_iters)."""
+        if self.uniform_scale_b:
+            return (self.block_n // 8,)
+        step = math.gcd(self.block_n, 128)
+        return tuple(sorted({min(self.block_n, 128 - offset) // 8 for offset in range(0, 128, step)}))
 
     def replace(self, **changes) -> "KernelConfig":
         return dataclasses.replace(self, **changes)
@@ -164,9 +187,14 @@ class SharedPlan:
         return self.d_region + self.d_bytes
 
     @property
+    def sb_rows(self) -> int:
+        """B-scale rows a tile needs: one, or two when BLOCK_N does not divide 128."""
+        return 1 if self.config.uniform_scale_b else 2
+
+    @property
     def sb_bytes(self) -> int:
-        """The tile's B scales (one per K block), read once per tile by the warpgroup-producer kernels."""
-        return -(-4 * self.kb // 16) * 16 if self.config.producer == "warpgroup" else 0
+        """The tile's B scales (one per K block and row), read once per tile by the warpgroup-producer kernels."""
+        return -(-4 * self.kb * self.sb_rows // 16) * 16 if self.config.producer == "warpgroup" else 0
 
     @property
     def full_region(self) -> int:

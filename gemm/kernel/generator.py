@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 
+from gemm.fp8 import ceil_div
 from gemm.kernel.config import KernelConfig, SharedPlan
 from gemm.kernel.epilogue import StagedEpilogue, TmaEpilogue, math_barrier
 from gemm.kernel.math import MathWarpgroups
@@ -135,19 +136,41 @@ class _Kernel:
         with scheduler.tiles() as (m0, n0):
             self.load_b_scales(math, sb_tile, n0)
             math.zero_totals()
-            kb, more = r("u32", "kb"), r("pred")
-            top = b.label("k_block")
-            e(f"mov.u32 {kb}, 0;")
-            b.place(top)
-            sb_value, sb_address = r("f32", "sb"), r("u32")
-            e(f"mad.lo.u32 {sb_address}, {kb}, 4, {sb_tile};", f"ld.shared.f32 {sb_value}, [{sb_address}];")
-            slot = self.ring.stage(c_stage)
-            self.ring.wait(slot.full, c_parity, "wait_full")
-            math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_value, release=self.release(math, slot.empty))
-            self.ring.advance(c_stage, c_parity)
-            e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {p.kb};", f"@{more} bra {top};")
+            variants = c.former_groups_variants
+            if len(variants) == 1:
+                self.k_loop(math, sb_tile, c_stage, c_parity, None)
+            else:  # one K loop per place the tile's B-scale boundary can fall, chosen once per tile
+                former, pick, done = r("u32", "former"), r("pred"), b.label("k_loop_done")
+                labels = [b.label(f"k_loop_{v}") for v in variants]
+                e(f"and.b32 {former}, {n0}, 127;", f"sub.u32 {former}, 128, {former};",
+                  f"min.u32 {former}, {former}, {c.block_n};", f"shr.u32 {former}, {former}, 3;")
+                for variant, label in zip(variants, labels):
+                    e(f"setp.eq.u32 {pick}, {former}, {variant};", f"@{pick} bra {label};")
+                for variant, label in zip(variants, labels):
+                    b.place(label)
+                    self.k_loop(math, sb_tile, c_stage, c_parity, variant)
+                    e(f"bra {done};")
+                b.place(done)
             epilogue.store(m0, n0)
         epilogue.finish()
+
+    def k_loop(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str, former: int | None) -> None:
+        b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
+        kb, more = r("u32", "kb"), r("pred")
+        top = b.label("k_block")
+        e(f"mov.u32 {kb}, 0;")
+        b.place(top)
+        sb_address = r("u32")
+        e(f"mad.lo.u32 {sb_address}, {kb}, 4, {sb_tile};")
+        sb_values = tuple(r("f32", "sb") for _ in range(p.sb_rows))
+        for row, value in enumerate(sb_values):  # row 1 (the next scale block) sits kb floats further
+            e(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];")
+        slot = self.ring.stage(c_stage)
+        self.ring.wait(slot.full, c_parity, "wait_full")
+        math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_values if former is not None else sb_values[0],
+                     release=self.release(math, slot.empty), former_groups=former)
+        self.ring.advance(c_stage, c_parity)
+        e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {p.kb};", f"@{more} bra {top};")
 
     def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str) -> None:
         """The tile's K/128 B scales into shared memory, once per tile (every thread of the tile reads each one)."""
@@ -155,12 +178,18 @@ class _Kernel:
         e(math_barrier(c))  # every warp finished reading the previous tile's scales
         row, base = r("u32"), r("u64")
         e(f"shr.u32 {row}, {n0}, 7;", f"mul.wide.u32 {base}, {row}, {p.kb * 4};", f"add.u64 {base}, {base}, {self.sb};")
-        for first in range(0, p.kb, c.math_threads):
+        # two rows when the tile may span two scale blocks; the last tile's second row may not exist (its
+        # columns are past N and never stored), so indices past the last row read its last scale instead
+        count = p.kb * p.sb_rows
+        limit = r("u32")
+        e(f"mul.lo.u32 {limit}, {row}, {p.kb};", f"sub.u32 {limit}, {ceil_div(p.n, 128) * p.kb - 1}, {limit};")
+        for first in range(0, count, c.math_threads):
             index, inside, skip = r("u32"), r("pred"), b.label("sb_done")
-            e(f"add.u32 {index}, {self.tid}, {first};", f"setp.ge.u32 {inside}, {index}, {p.kb};",
+            e(f"add.u32 {index}, {self.tid}, {first};", f"setp.ge.u32 {inside}, {index}, {count};",
               f"@{inside} bra {skip};")
-            value, source, target = r("f32"), r("u64"), r("u32")
-            e(core.element_address(source, base, index, 4), f"ld.global.nc.f32 {value}, [{source}];",
+            value, source, target, clamped = r("f32"), r("u64"), r("u32"), r("u32")
+            e(f"min.u32 {clamped}, {index}, {limit};",
+              core.element_address(source, base, clamped, 4), f"ld.global.nc.f32 {value}, [{source}];",
               f"mad.lo.u32 {target}, {index}, 4, {sb_tile};", f"st.shared.f32 [{target}], {value};")
             b.place(skip)
         e(math_barrier(c))

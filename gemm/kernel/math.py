@@ -89,10 +89,13 @@ class MathWarpgroups:
         self.b.emit(*(f"mov.f32 {x}, 0f00000000;" for total in self.totals for x in total))
 
     # -- one K block ---------------------------------------------------------------------------------
-    def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str,
-                release: Callable[[], None] | None = None) -> None:
+    def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str | tuple[str, str],
+                release: Callable[[], None] | None = None, former_groups: int | None = None) -> None:
         """Multiply this stage's tiles (u32 shared addresses, 1024-aligned) and promote into the totals;
-        ``release()`` emits the stage's release between the wgmma wait and the promotion."""
+        ``release()`` emits the stage's release between the wgmma wait and the promotion.
+
+        ``sb_value`` is the tile's B scale for this K block, or a pair when the tile spans two 128-wide B-scale
+        blocks: its first ``former_groups`` 8-column groups take the first (a compile-time split)."""
         e, r = self.b.emit, self.b.reg
         scratch, b_desc = r("u32"), r("u64", "bdesc")
         e(w.wgmma_descriptor(b_desc, b_tile, scratch, self.constant_desc))
@@ -117,11 +120,16 @@ class MathWarpgroups:
             e(w.wgmma_commit_group(), w.wgmma_wait_group(0))
             if release is not None and wave == self.waves - 1:
                 release()
-            scale_lo, scale_hi = r("f32", "scale"), r("f32", "scale")
-            e(f"mul.f32 {scale_lo}, {sa_lo}, {sb_value};", f"mul.f32 {scale_hi}, {sa_hi}, {sb_value};")
+            pairs = sb_value if isinstance(sb_value, tuple) else (sb_value,)
+            scales = []  # (row l/4 scale, row l/4 + 8 scale) per B-scale block
+            for sb in pairs:
+                scale_lo, scale_hi = r("f32", "scale"), r("f32", "scale")
+                e(f"mul.f32 {scale_lo}, {sa_lo}, {sb};", f"mul.f32 {scale_hi}, {sa_hi}, {sb};")
+                scales.append((scale_lo, scale_hi))
+            split = self.block_n // 8 if former_groups is None else former_groups
             for i, (running, partial) in enumerate(zip(total, self.acc)):
-                scale = scale_hi if (i // 2) % 2 else scale_lo
-                e(mma.promote(running, partial, scale))
+                block = 0 if i // 4 < split else 1
+                e(mma.promote(running, partial, scales[block][(i // 2) % 2]))
 
     # -- epilogue -----------------------------------------------------------------------------------
     def store(self, staging: str, d: str, m0: str, n0: str, m: int | str, n: int) -> None:

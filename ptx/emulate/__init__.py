@@ -1,0 +1,17 @@
+"""CPU emulation of the PTX this project generates, on NumPy: no GPU, no CUDA, only numpy and ml_dtypes.
+
+* :func:`run_kernel` (ptx.emulate.scheduler): each CTA as cooperatively scheduled warpgroups, for sm_90
+  kernels: wgmma, mbarrier, TMA loads and stores, named barriers, warp specialization.
+* :func:`ptx.emulate.lockstep.run_kernel`: the whole CTA in lockstep (mma.sync, ldmatrix, cp.async kernels).
+
+Modules: common (program, memory, errors), lockstep (the instruction executor), matrix (ldmatrix, stmatrix,
+mma.sync), warpgroup (one warpgroup: divergence, wgmma, mbarrier, TMA), barriers, tma, scheduler.
+"""
+from .common import E4M3, EmulationError, GlobalMemory, Program
+from .lockstep import CTA
+from .scheduler import RunStats, ScheduledCTA, run_kernel
+from .tma import FakeTensorMap
+from .warpgroup import Warpgroup
+
+__all__ = ["run_kernel", "RunStats", "FakeTensorMap", "EmulationError", "GlobalMemory", "Program", "CTA",
+           "ScheduledCTA", "Warpgroup", "E4M3"]

@@ -1,0 +1,302 @@
+"""One warpgroup (128 consecutive threads) of a CTA: its own pc, registers and divergence state, plus the
+sm_90 instructions (wgmma, mbarrier, TMA, named barriers, setmaxnreg), each modelled from the PTX ISA 8.5 text
+independently of ptx.vocab, so a wrong descriptor, swizzle, fragment, byte count or parity in a generator
+shows up as a wrong answer or a deadlock. ptx.emulate.scheduler runs the warpgroups of a CTA cooperatively.
+
+* Divergence: a forward branch taken by some threads parks them at its label until the others get there
+  (or exit); a backward branch must be taken by every active thread (threads that exited or are parked at a
+  later label do not count, so an elected thread may loop alone).
+* Blocking: an mbarrier.try_wait that is not ready, or a bar.sync whose barrier has not gathered its threads,
+  blocks the warpgroup (``self.wait``) and hands control back to the scheduler; after an mbarrier.arrive or
+  bar.arrive the warpgroup yields (``preempt``; not after an arrive.expect_tx whose bytes are still due), so
+  a consumer that releases a stage too early sees the producer's next bytes.
+* wgmma.mma_async (m64nNk32 .f32.e4m3.e4m3, both operands by descriptor) is queued at issue; its operands are
+  read from shared memory at wgmma.wait_group, where the accumulators are updated (reading them earlier is an
+  error). Descriptors: start address, stride byte offset, 128B swizzle; element (row r, K byte c) of a
+  K-major operand sits at start + (r // 8) * SBO + (r % 8) * 128 + c, address bits 4-6 XORed with bits 7-9.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import tma
+from .barriers import Barrier, MbarrierWait, NamedWait
+from .common import E4M3, EmulationError, _vector
+from .lockstep import CTA
+
+
+class Warpgroup(CTA):
+    def __init__(self, cta, index: int, threads: int):
+        super().__init__("", "", cta.params, cta.memory, cta.ctaid, threads, 0, nctaid=cta.nctaid,
+                         program=cta.program, smem=cta.smem, tid_base=128 * index)
+        self.cta, self.index = cta, index
+        self.symbols = self.shared_symbols = cta.symbols
+        self.exited = cta.exited[128 * index:128 * index + threads]  # a view: exits are seen CTA-wide
+        self.pc, self.active, self.parked = 0, np.ones(threads, bool), []  # parked: [(label pc, mask)]
+        self.done, self.wait, self.yield_now = False, None, False
+        self.wgmma_open, self.wgmma_groups, self.in_flight = [], [], set()
+
+    # -- control flow ---------------------------------------------------------------------------------------
+    def advance(self):
+        """Run until the warpgroup blocks (``self.wait``), yields or finishes (``self.done``)."""
+        code = self.program.code
+        while True:
+            if not self.active.any():
+                if not self.parked:
+                    return self.finish()
+                self.pc = min(target for target, _ in self.parked)  # the others went away: resume the earliest
+            if self.pc >= len(code):
+                self.exit_threads(self.active)
+                continue
+            ins = code[self.pc]
+            self.cta.step()
+            if ins.label:
+                for entry in [e for e in self.parked if e[0] == self.pc]:
+                    self.active = self.active | entry[1]
+                    self.parked.remove(entry)
+                self.pc += 1
+                continue
+            mask = self.active
+            if ins.guard:
+                predicate = self.value(ins.guard).astype(bool)
+                mask = mask & (~predicate if ins.negate else predicate)
+            if ins.opcode.startswith("bra"):
+                self.branch(ins, mask)
+                continue
+            if ins.opcode in ("exit", "ret"):
+                self.exit_threads(mask)
+                self.pc += 1
+                continue
+            if self.in_flight and not ins.opcode.startswith("wgmma") and not self.in_flight.isdisjoint(ins.names):
+                raise EmulationError(f"line {ins.line}: {ins.text} touches an accumulator before wgmma.wait_group")
+            try:
+                self.execute(ins.opcode, list(ins.ops), mask)
+            except EmulationError as error:
+                if str(error).startswith("line "):
+                    raise
+                raise EmulationError(f"line {ins.line}: {ins.text}: {error}") from None
+            if self.wait is not None:
+                self.pc += self.wait.after
+                return
+            self.pc += 1
+            if self.yield_now:
+                self.yield_now = False
+                return
+
+    def branch(self, ins, mask):
+        target = self.labels[ins.ops[0]]
+        staying = self.active & ~mask
+        if not mask.any():
+            self.pc += 1
+        elif target > self.pc and (staying.any() or any(self.pc < t < target for t, _ in self.parked)):
+            self.parked.append((target, mask))  # threads parked in between run first, then meet these
+            self.active = staying
+            self.pc += 1
+        elif not staying.any():
+            self.pc = target
+        else:
+            raise EmulationError(f"line {ins.line}: divergent backward branch {ins.text} ({mask.sum()} threads "
+                                 f"loop, {staying.sum()} fall through)")
+
+    def exit_threads(self, mask):
+        self.active = self.active & ~mask
+        self.exited |= mask
+
+    def finish(self):
+        if self.in_flight:
+            raise EmulationError(f"warpgroup {self.index} exits with wgmma results never waited for")
+        self.done = True
+
+    def where(self) -> str:
+        code, pc = self.program.code, self.pc - (self.wait.after if self.wait else 0)  # a bar.sync already passed
+        at = f"line {code[pc].line}: {code[pc].text}" if pc < len(code) else "the end"
+        parked = f", {sum(m.sum() for _, m in self.parked)} parked at " + \
+            ", ".join(code[t].label for t, _ in self.parked) if self.parked else ""
+        return f"warpgroup {self.index} at {at} ({self.active.sum()} threads active{parked})"
+
+    # -- instructions -----------------------------------------------------------------------------------
+    def execute(self, opcode: str, ops: list[str], mask: np.ndarray):
+        parts = opcode.split(".")
+        head = parts[0]
+        if head == "wgmma":
+            self.wgmma(parts, ops, mask)
+        elif head == "mbarrier":
+            self.mbarrier(opcode, parts[1], ops, mask)
+        elif head in ("bar", "barrier"):
+            self.bar([p for p in parts[1:] if p not in ("cta", "aligned")], ops, mask)
+        elif head == "setmaxnreg":
+            if not mask.all() or self.n != 128:
+                raise EmulationError(f"{opcode} must be executed by all 128 threads of the warpgroup together")
+        elif head == "cp" and parts[2] == "bulk":
+            self.bulk(parts, ops, mask)
+        elif head in ("fence", "prefetch"):
+            pass
+        elif head == "elect":  # elect.sync d|p, membermask: the lowest active lane of each warp is the leader
+            dest, pred = ops[0].split("|")
+            leader = np.zeros(self.n, bool)
+            for warp in np.flatnonzero(mask.reshape(-1, 32).any(1)):
+                leader[32 * warp + np.argmax(mask[32 * warp:32 * warp + 32])] = True
+            self.write(pred.strip(), leader, mask)
+            self.write(dest.strip(), np.where(leader, self.tid % 32, 0), mask)
+        else:
+            super().execute(opcode, ops, mask)
+
+    def _uniform(self, token: str, mask, what: str) -> int:
+        values = set(self.value(token)[mask].tolist())
+        if len(values) != 1:
+            raise EmulationError(f"{what} differs between the threads executing it: {sorted(values)[:4]}")
+        return int(values.pop())
+
+    def bar(self, kind: list[str], ops, mask):
+        if kind == ["warp", "sync"]:
+            warps = mask.reshape(-1, 32)
+            if not warps[warps.any(1)].all():
+                raise EmulationError("bar.warp.sync with lanes of a warp missing")
+            return
+        if kind not in (["sync"], ["arrive"]):
+            raise EmulationError(f"bar.{'.'.join(kind)} is not modelled")
+        if not mask.any():
+            return
+        warps, live = mask.reshape(-1, 32), (mask | self.exited).reshape(-1, 32)
+        involved = warps.any(1)
+        if not live[involved].all():
+            raise EmulationError(f"bar.{kind[0]} executed by only some of a warp's live threads (it is .aligned)")
+        barrier_id = self._uniform(ops[0], mask, "the barrier id")
+        count = self._uniform(ops[1], mask, "the thread count") if len(ops) > 1 else None
+        if count is None and kind == ["arrive"]:
+            raise EmulationError("bar.arrive needs a thread count")
+        arrivals = 32 * int(involved.sum()) if count is not None else int(mask.sum())
+        generation = self.cta.named.arrive(barrier_id, count, arrivals)
+        if kind == ["arrive"]:
+            self.yield_now = self.cta.preempt
+        elif self.cta.named.barriers[barrier_id].generation == generation:
+            self.wait = NamedWait(self.cta.named, barrier_id, generation)
+
+    # -- mbarrier -----------------------------------------------------------------------------------------
+    def mbarrier(self, opcode, kind, ops, mask):
+        if not mask.any():
+            return
+        operands = ops if kind in ("init", "expect_tx") else ops[1:]  # [address], then count / bytes / parity
+        addresses = set(self.address(operands[0])[mask].tolist())
+        if len(addresses) != 1:
+            raise EmulationError(f"threads use different barriers: {sorted(addresses)[:4]}")
+        address = addresses.pop()
+        if address % 8:
+            raise EmulationError(f"mbarrier at {address} is not 8-byte aligned")
+        if kind == "init":
+            count = self._uniform(operands[1], mask, "the arrival count")
+            self.cta.barriers[address] = Barrier(count, count)
+            return
+        barrier = self.cta.barriers.get(address)
+        if barrier is None:
+            raise EmulationError(f"{opcode} on an uninitialised barrier at {address}")
+        threads = int(mask.sum())
+        if kind == "expect_tx" or "expect_tx" in opcode:
+            barrier.tx += threads * self._uniform(operands[1], mask, "the byte count")
+        if kind == "arrive":
+            times = 1 if "expect_tx" in opcode or len(operands) < 2 else self._uniform(operands[1], mask, "the count")
+            barrier.arrive(threads * times)
+            # An arrive.expect_tx whose bytes are still due cannot complete its phase, so nobody could see it:
+            # running on to issue those copies is what exposes a consumer that released a stage too early.
+            self.yield_now = self.cta.preempt and not ("expect_tx" in opcode and barrier.tx > 0)
+        elif kind in ("try_wait", "test_wait"):
+            parity = self.value(operands[1])[mask] & 1
+            ready = barrier.phase % 2 != parity
+            if not ready.any():  # a later try_wait will succeed: block instead of spinning
+                self.wait = MbarrierWait(barrier, address, int(parity[0]))
+                return
+            result = np.zeros(self.n, bool)
+            result[mask] = ready
+            self.write(ops[0], result, mask)
+        elif kind != "expect_tx":
+            raise EmulationError(f"unsupported {opcode}")
+
+    # -- TMA ----------------------------------------------------------------------------------------------
+    def bulk(self, parts, ops, mask):
+        threads = np.flatnonzero(mask)
+        if parts[3] == "commit_group":
+            for t in threads:
+                self.cta.bulk.commit(int(self.tid[t]))
+        elif parts[3] == "wait_group":  # .read or not: reading shared memory and writing global happen together
+            for t in threads:
+                self.cta.bulk.wait(int(self.tid[t]), int(ops[0]), self.smem)
+        elif parts[3:5] == ["tensor", "2d"] and parts[5].startswith("shared"):
+            for t in threads:
+                tmap, x, y = self._box(ops[1], t)
+                barrier = self.cta.barriers[int(self.address(ops[2])[t])]
+                barrier.complete_tx(tma.load(self.smem, tmap, x, y, int(self.address(ops[0])[t])))
+        elif parts[3:6] == ["tensor", "2d", "global"] and "bulk_group" in parts:
+            for t in threads:
+                tmap, x, y = self._box(ops[0], t)
+                store = tma.PendingStore(tmap, x, y, int(self.address(ops[1])[t]))
+                tma.box_addresses(tmap, store.smem_address)  # alignment errors at issue, where they belong
+                self.cta.bulk.issue(int(self.tid[t]), store)
+        else:
+            raise EmulationError(f"{'.'.join(parts)} is not modelled")
+
+    def _box(self, operand: str, t: int):
+        tmap_reg, coords = operand.strip()[1:-1].split(",", 1)
+        handle = int(self.value(tmap_reg)[t])
+        if handle not in self.cta.tensor_maps:
+            raise EmulationError(f"{tmap_reg} does not hold a tensor map parameter's address")
+        x, y = (int(self.value(c)[t]) for c in _vector(coords.strip()))
+        return self.cta.tensor_maps[handle], x, y
+
+    # -- wgmma --------------------------------------------------------------------------------------------
+    def wgmma(self, parts, ops, mask):
+        if not mask.all() or self.n != 128:
+            raise EmulationError(f"{'.'.join(parts)} executed by only part of the warpgroup")
+        if parts[1] == "fence":
+            return
+        if parts[1] == "commit_group":
+            self.wgmma_groups.append(self.wgmma_open)
+            self.wgmma_open = []
+            return
+        if parts[1] == "wait_group":
+            while len(self.wgmma_groups) > int(ops[0]):
+                for issued in self.wgmma_groups.pop(0):
+                    self._multiply(*issued)
+            self.in_flight = {name for group in self.wgmma_groups + [self.wgmma_open] for op in group for name in op[0]}
+            return
+        if parts[1] != "mma_async" or parts[5:8] != ["f32", "e4m3", "e4m3"]:
+            raise EmulationError(f"{'.'.join(parts)}: only mma_async .f32.e4m3.e4m3 is modelled")
+        shape = parts[4]
+        n = int(shape[shape.index("n") + 1:shape.index("k")])
+        acc = _vector(ops[0])
+        if shape != f"m64n{n}k32" or len(acc) != n // 2:
+            raise EmulationError(f"{shape}: expected m64nNk32 with {n // 2} accumulators, got {len(acc)}")
+        descs = [self._uniform(x, mask, "a wgmma descriptor") & 0xFFFFFFFFFFFFFFFF for x in ops[1:3]]
+        scale_d = bool(self._uniform(ops[3], mask, "scale-d"))
+        sign = np.prod([self._uniform(x, mask, "imm-scale") for x in ops[4:6]]) if len(ops) > 4 else 1
+        self.wgmma_open.append((acc, descs[0], descs[1], scale_d, n, sign))
+        self.in_flight.update(acc)
+
+    def _operand(self, desc: int, rows: int) -> np.ndarray:
+        start = (desc & 0x3FFF) << 4
+        stride = ((desc >> 32) & 0x3FFF) << 4
+        if desc >> 62 != 1:
+            raise EmulationError(f"descriptor {desc:#x}: only the 128B swizzle is modelled")
+        r = np.arange(rows)[:, None]
+        c = np.arange(32)[None, :]
+        addresses = tma._swizzle_128(start + (r // 8) * stride + (r % 8) * 128 + c)
+        return self.smem[self._shared(addresses.reshape(-1), 1)].reshape(rows, 32).view(E4M3).astype(np.float64)
+
+    def _multiply(self, acc, a_desc, b_desc, scale_d, n, sign):
+        d = sign * (self._operand(a_desc, 64) @ self._operand(b_desc, n).T)
+        rows, cols = _accumulator_layout(n)
+        fragment = d[rows, cols]  # (128 threads, n / 2)
+        for i, name in enumerate(acc):
+            if scale_d and name not in self.regs:
+                raise EmulationError(f"wgmma accumulates into {name}, which was never written")
+            current = self.regs[name].astype(np.float64) if scale_d else 0.0
+            self.regs[name] = (fragment[:, i] + current).astype(np.float32)
+
+
+def _accumulator_layout(n: int):
+    """PTX ISA "Register Fragments" of wgmma D (m64nN, f32): (row, col) of accumulator i of each thread."""
+    tid = np.arange(128)[:, None]
+    warp, lane, i = tid // 32, tid % 32, np.arange(n // 2)[None, :]
+    return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+__all__ = ["Warpgroup"]
