@@ -267,7 +267,10 @@ def test_every_config_is_bit_identical_to_stage06(m, n, k, rng):
 @pytest.mark.parametrize("m, n, k", RAGGED_SHAPES + [(1, 24576, 1536), (4097, 2112, 512)])
 @pytest.mark.parametrize("name", list(GPU_CONFIGS))
 def test_configs_on_ragged_shapes(name, m, n, k, rng):
-    config = GPU_CONFIGS[name](m, n, k)
+    try:
+        config = GPU_CONFIGS[name](m, n, k)
+    except ValueError as error:  # e.g. N % 8 != 0 takes the staged epilogue, which needs a power-of-two BLOCK_N
+        pytest.skip(str(error))
     if config.epilogue == "tma" and n % 8:
         if config.block_n & (config.block_n - 1):
             pytest.skip("N % 8 != 0 needs the staged epilogue, which needs a power-of-two BLOCK_N")

@@ -120,8 +120,9 @@ class TmaEpilogue:
         b.place(skip)
 
     def finish(self) -> None:
-        """Before exit: the last stores must have read shared memory (and, for good measure, completed)."""
-        self.b.emit(f"@{self.store_thread} {t.bulk_wait_group(0)}")
+        """Before exit: the last stores must have read shared memory; their global writes need no wait (the
+        copy engine completes them; kernel completion orders them before later work, as CUTLASS relies on)."""
+        self.b.emit(f"@{self.store_thread} {t.bulk_wait_group(0, read_only=True)}")
 
 
 __all__ = ["StagedEpilogue", "TmaEpilogue", "d_tile_offset", "MATH_BARRIER"]
