@@ -12,7 +12,7 @@ through the L1/L2 caches), and decodes every FP8 byte again for every product: t
 integer instructions each per FFMA. A warp's 32 threads read B from 32 different rows (the NT layout has
 K contiguous), so each of its byte loads touches 32 cache lines.
 
-Measured: 0.49 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3 (results/ladder.json, `python -m lessons ladder`).
+Measured: 0.493 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3 (results/ladder.json, `python -m lessons ladder`).
 """
 from numba import cuda
 

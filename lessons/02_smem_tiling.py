@@ -14,7 +14,7 @@ The K tile is exactly one scale group (128), so the promotion happens once per t
 Bank conflicts: thread (ty, tx) reads a_tile[ty, k] (one address per warp: a broadcast) and
 b_tile[tx, k]; b_tile rows are padded to 129 floats so the 32 threads of a warp hit 32 different banks.
 
-Measured: 5.9 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.02x stage 01 (results/ladder.json, `python -m lessons ladder`).
+Measured: 5.93 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.03x stage 01 (results/ladder.json, `python -m lessons ladder`).
 """
 from numba import cuda
 

@@ -837,7 +837,7 @@ show_span(ptx_text, "%ctaid.x", "mul.lo.u32 %n0")
 print("\\nthe epilogue: deferred wait, stmatrix into the swizzled tile ...")
 show_span(ptx_text, "cp.async.bulk.wait_group.read", "stmatrix")
 print("    ... then the TMA stores")
-show_span(ptx_text, "stmatrix", "cp.async.bulk.wait_group 0", nth=-1, after=1)'''
+show_span(ptx_text, "stmatrix", "cp.async.bulk.commit_group", nth=-1)'''
 
 SASS_08 = """\
 ## Resources and SASS

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
-from gemm.testing import format_table, read_result  # noqa: E402
+from gemm.testing import format_table, read_result, three_digits  # noqa: E402
 
 
 def replace_block(text: str, name: str, content: str) -> str:
@@ -94,7 +94,7 @@ def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
             continue
         speedup = row.get("speedup")
         versus = f", {speedup:.2f}x stage {number - 1:02d}" if isinstance(speedup, (int, float)) else ""
-        line = (f"Measured: {row['tflops']:.3g} TFLOP/s at M={m} N={n} K={k} on {result['device']['name']}"
+        line = (f"Measured: {three_digits(row['tflops'])} TFLOP/s at M={m} N={n} K={k} on {result['device']['name']}"
                 f"{versus} (results/ladder.json, `python -m lessons ladder`).")
         text = matches[0].read_text()
         new = re.sub(r"^Measured:.*$", line, text, count=1, flags=re.MULTILINE)
