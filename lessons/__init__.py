@@ -30,6 +30,7 @@ STAGES = {
     6: "06_tma_pipeline",
     7: "07_warp_specialization",
     8: "08_persistent_tma_store",
+    9: "09_tma_multicast",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 

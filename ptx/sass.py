@@ -150,6 +150,24 @@ def patch_instruction(cubin, function: str, offset: int, new_encoding: int) -> b
     return bytes(image)
 
 
+def patch_instructions(cubin, patches: dict[tuple[str, int], int]) -> bytes:
+    """A copy of the cubin image with every ``{(function, offset): new_encoding}`` instruction replaced
+    (one copy of the image for the whole batch; same checks as :func:`patch_instruction`)."""
+    image = bytearray(_image(cubin))
+    sections = _sections(bytes(image))
+    for (function, offset), new_encoding in patches.items():
+        name = f".text.{function}"
+        if name not in sections:
+            raise KeyError(f"no section {name} in the cubin")
+        start, size = sections[name]
+        if offset % 16 or not 0 <= offset <= size - 16:
+            raise ValueError(f"offset {offset:#x} is not an instruction of {function} (size {size:#x}, 16-byte steps)")
+        if not 0 <= new_encoding < 1 << 128:
+            raise ValueError("new_encoding must fit in 128 bits")
+        image[start + offset:start + offset + 16] = new_encoding.to_bytes(16, "little")
+    return bytes(image)
+
+
 def read_instruction(cubin, function: str, offset: int) -> int:
     """The 128-bit encoding stored at ``offset`` of ``function`` (straight from the ELF bytes)."""
     image = _image(cubin)
@@ -157,5 +175,5 @@ def read_instruction(cubin, function: str, offset: int) -> int:
     return int.from_bytes(image[start + offset:start + offset + 16], "little")
 
 
-__all__ = ["Instruction", "disassemble", "opcode_counts", "patch_instruction", "read_instruction",
-           "parse_listing", "nvdisasm_path"]
+__all__ = ["Instruction", "disassemble", "opcode_counts", "patch_instruction", "patch_instructions",
+           "read_instruction", "parse_listing", "nvdisasm_path"]

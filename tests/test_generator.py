@@ -79,7 +79,8 @@ def test_one_kernel_serves_every_m():
 @pytest.mark.parametrize("bad, words", [
     (dict(block_m=96), "block_m"), (dict(block_n=12), "multiple of 8"), (dict(block_n=200), "at most two"),
     (dict(block_n=96, producer="inline", persistent=False, registers=None), "divide"),
-    (dict(producer="inline"), "inline producer"), (dict(multicast=2), "stage 09"),
+    (dict(producer="inline"), "inline producer"), (dict(multicast=4), "1 or 2"),
+    (dict(multicast=2, persistent=False), "persistent"),
     (dict(registers=(40, 256)), "65536"), (dict(epilogue="direct"), "epilogue"),
 ])
 def test_bad_configs_are_named(bad, words):
@@ -245,6 +246,10 @@ GPU_CONFIGS = {
     "08-128x192": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=192, stages=3),
     "08-128x96": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=96, stages=4),
     "08-64x160": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=160, stages=4),
+    "09": lambda m, n, k: lessons.stage(9).config(m, n, k),
+    "09-256x128": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=256, block_n=128, stages=3, multicast=2),
+    "09-128x192": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=192, stages=3, multicast=2),
+    "09-64x16": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=16, stages=6, multicast=2),
 }
 
 

@@ -11,8 +11,10 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
 * ``raster_group``: n-blocks per group of the grouped (swizzled) tile order; 0 = row-major;
 * ``epilogue``: ``"staged"`` (BF16 through a padded shared tile, coalesced ``st.global``) or ``"tma"``
   (``stmatrix`` into a swizzled tile, one TMA store per 64-column atom, its wait deferred to the next tile);
-* ``multicast``, ``post_passes``, ``gemm_type``: the fields later issues fill (TMA multicast, the FFMA pass,
-  grouped GEMMs); only their "off" values are accepted today, with an error naming what is missing.
+* ``multicast``: 2 = clusters of two CTAs computing tiles with the same rows, A (and its scales) loaded once
+  and multicast to both (stage 09);
+* ``post_passes``, ``gemm_type``: the fields later issues fill (the FFMA pass, grouped GEMMs); only their "off"
+  values are accepted today, with an error naming what is missing.
 """
 from __future__ import annotations
 
@@ -82,8 +84,12 @@ class KernelConfig:
             raise ValueError(f"stages must be >= 2, got {self.stages}")
         if self.producer == "inline" and self.stages < 3:
             raise ValueError("the inline producer keeps stages - 2 K blocks in flight: it needs stages >= 3")
-        if self.multicast != 1:
-            raise ValueError("multicast > 1 (TMA multicast across a cluster) is stage 09; not generated yet")
+        if self.multicast not in (1, 2):
+            raise ValueError(f"multicast must be 1 or 2 (CTAs per cluster sharing A; larger clusters measured "
+                             f"slower in DeepGEMM), got {self.multicast}")
+        if self.multicast == 2 and (self.producer != "warpgroup" or not self.persistent):
+            raise ValueError("TMA multicast pairs the tiles of a persistent walk between the two CTAs of a "
+                             "cluster: it needs producer='warpgroup' and persistent=True")
         if self.post_passes:
             raise ValueError(f"post_passes {self.post_passes}: no cubin pass exists yet (the FFMA pass is stage 10)")
         if self.gemm_type != "normal":
@@ -125,6 +131,8 @@ class KernelConfig:
             fields.append("setmaxnreg {}/{}".format(*self.registers))
         fields.append(f"persistent (raster group {self.raster_group})" if self.persistent else "one CTA per tile")
         fields.append(f"{self.epilogue} epilogue")
+        if self.multicast > 1:
+            fields.append(f"A multicast to {self.multicast} CTAs")
         return ", ".join(fields)
 
 

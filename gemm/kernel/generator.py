@@ -53,7 +53,8 @@ class _Kernel:
     def __init__(self, plan: SharedPlan):
         self.plan, self.config = plan, plan.config
         self.b = KernelBuilder(KERNEL, params=kernel_params(self.config), max_threads=self.config.threads,
-                               min_blocks_per_sm=1)
+                               min_blocks_per_sm=1,
+                               cluster=(self.config.multicast, 1, 1) if self.config.multicast > 1 else None)
 
     def setup(self) -> None:
         b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
@@ -73,22 +74,35 @@ class _Kernel:
         first = r("pred", "p_first")
         skip = b.label("init_done")
         e(f"setp.eq.u32 {first}, {self.tid}, 0;", f"@!{first} bra {skip};")
-        self.ring.init_barriers(empty_arrivals=c.math_threads // 32)
+        # empty: one arrival per math warp of every CTA that reads the stage's A (both CTAs of a cluster pair)
+        self.ring.init_barriers(empty_arrivals=c.multicast * c.math_threads // 32)
         if "tmap_d" in self.tmaps:
             e(t.prefetch_tensormap(self.tmaps["tmap_d"]))
         b.place(skip)
-        e(core.bar_sync(0))
+        self.rank = None
+        if c.multicast > 1:  # the peer's barriers must be initialised before anything may arrive on them
+            self.rank = r("u32", "rank")
+            e(t.cluster_rank(self.rank), t.cluster_sync())
+        else:
+            e(core.bar_sync(0))
 
     def epilogue(self, math: MathWarpgroups):
         if self.config.epilogue == "tma":
             return TmaEpilogue(self.b, self.plan, math, self.smem, self.tmaps["tmap_d"])
         return StagedEpilogue(self.b, self.plan, math, self.smem, self.d, self.m)
 
-    def release(self, math: MathWarpgroups, empty: str):
+    def release(self, math: MathWarpgroups, empty: str, target: str | None = None):
+        """Emits a warp's release of a stage: lane 0 arrives on the empty barrier; in a cluster, lanes 0 and 1
+        arrive on the barrier in CTA ``target`` (a per-lane rank register: both CTAs' producers wait for it)."""
         def emit():
             lane0 = self.b.reg("pred")
-            self.b.emit("bar.warp.sync 0xffffffff;",  # every lane's reads of the stage precede lane 0's release
-                        f"setp.eq.u32 {lane0}, {math.lane}, 0;", f"@{lane0} {t.mbarrier_arrive(empty)}")
+            self.b.emit("bar.warp.sync 0xffffffff;")  # every lane's reads of the stage precede the release
+            if target is None:
+                self.b.emit(f"setp.eq.u32 {lane0}, {math.lane}, 0;", f"@{lane0} {t.mbarrier_arrive(empty)}")
+                return
+            remote = self.b.reg("u32", "remote_empty")
+            self.b.emit(f"setp.lt.u32 {lane0}, {math.lane}, 2;", t.mapa(remote, empty, target),
+                        f"@{lane0} {t.mbarrier_arrive_cluster(remote)}")
         return emit
 
     # -- stage 06: thread 0 produces between its own K blocks -------------------------------------------
@@ -136,6 +150,11 @@ class _Kernel:
         with scheduler.tiles() as (m0, n0):
             self.load_b_scales(math, sb_tile, n0)
             math.zero_totals()
+            self.release_target = None
+            if c.multicast > 1:  # lane l releases CTA l's stage; with no peer at this step, both go to this CTA
+                pair = scheduler.pair_flags(self.rank)
+                self.release_target = r("u32", "release_rank")
+                e(f"selp.u32 {self.release_target}, {math.lane}, {self.rank}, {pair.peer_alive};")
             variants = c.former_groups_variants
             if len(variants) == 1:
                 self.k_loop(math, sb_tile, c_stage, c_parity, None)
@@ -168,7 +187,7 @@ class _Kernel:
         slot = self.ring.stage(c_stage)
         self.ring.wait(slot.full, c_parity, "wait_full")
         math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_values if former is not None else sb_values[0],
-                     release=self.release(math, slot.empty), former_groups=former)
+                     release=self.release(math, slot.empty, self.release_target), former_groups=former)
         self.ring.advance(c_stage, c_parity)
         e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {p.kb};", f"@{more} bra {top};")
 
@@ -203,8 +222,11 @@ class _Kernel:
         e(f"bra {end};")
         b.place(producer_label)
         e(f"setp.eq.u32 {leader}, {self.tid}, {c.math_threads};")
-        WarpgroupProducer(self.ring, c.registers, leader).emit(TileScheduler(b, c, self.plan.n, self.m, "pt"))
+        WarpgroupProducer(self.ring, c.registers, leader, end if self.rank else None, self.rank).emit(
+            TileScheduler(b, c, self.plan.n, self.m, "pt"))
         b.place(end)
+        if self.rank:  # neither CTA leaves while the other may still touch its shared memory
+            e(t.cluster_sync())
 
     def build(self) -> str:
         self.setup()

@@ -51,9 +51,11 @@ def tensor_maps(config: KernelConfig, pointers: tuple[int, int, int, int], m: in
 
 
 def grid(config: KernelConfig, m: int, n: int, sm_count: int) -> int:
-    """CTAs to launch: one per tile, or (persistent) one per SM, never more than there are tiles."""
+    """CTAs to launch: one per tile, or (persistent) one per SM, never more than there are tiles; a multiple of the
+    cluster size (a pair's second CTA may find no tile: the kernel handles a lone CTA)."""
     tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
-    return min(tiles, sm_count) if config.persistent else tiles
+    count = min(tiles, sm_count) if config.persistent else tiles
+    return max(config.multicast, count - count % config.multicast) if count % config.multicast else count
 
 
 def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
@@ -61,8 +63,9 @@ def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
     m, n, k = args.m, args.n, args.k
     plan = SharedPlan(config, n, k)
     maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
+    cluster = (config.multicast, 1, 1) if config.multicast > 1 else None
     kernel(config, n, k).launch(grid(config, m, n, sm_count), config.threads, [*maps, args.sb.ptr, args.d.ptr, m],
-                                shared_bytes=plan.shared_bytes, stream=stream)
+                                shared_bytes=plan.shared_bytes, cluster=cluster, stream=stream)
 
 
 __all__ = ["kernel", "tensor_map_specs", "tensor_maps", "grid", "launch"]

@@ -26,6 +26,15 @@ from ptx.vocab import wgmma as w
 
 
 @dataclass(frozen=True)
+class PairFlags:
+    """Per-tile predicates of a 2-CTA cluster (from :meth:`gemm.kernel.scheduler.TileScheduler.pair_flags`)."""
+    own: str  # this CTA loads its own A (the pair's tiles differ in rows, or the peer has no tile)
+    lead: str  # this CTA is rank 0 of a pair sharing rows: it multicasts A to both
+    peer_alive: str  # the peer CTA computes a tile at this step too (else releases go to this CTA only)
+    mask: str  # the u16 CTA mask of the multicast (0b11)
+
+
+@dataclass(frozen=True)
 class Stage:
     """u32 shared addresses of one stage's tiles and barriers."""
     a_tile: str
@@ -78,15 +87,25 @@ class Ring:
           f"selp.u32 {stage}, 0, {stage}, {wrap};", f"xor.b32 {flipped}, {parity}, 1;",
           f"selp.u32 {parity}, {flipped}, {parity}, {wrap};")
 
-    def load(self, stage: Stage, k_block: str | int, m0: str, n0: str) -> None:
-        """Expect the stage's bytes on its full barrier, then the three TMA copies of K block ``k_block``."""
+    def load(self, stage: Stage, k_block: str | int, m0: str, n0: str, pair: "PairFlags | None" = None) -> None:
+        """Expect the stage's bytes on its full barrier, then the three TMA copies of K block ``k_block``.
+
+        With a cluster pair, A and its scales come once for both CTAs: rank 0 multicasts them (``pair.lead``),
+        rank 1 issues nothing for them (its barrier still expects their bytes), and when the pair's tiles do not
+        share rows each CTA loads its own (``pair.own``). B is always the CTA's own."""
         e = self.b.emit
         k_byte = self.b.reg("u32", "kx")
         e(f"shl.b32 {k_byte}, {k_block}, 7;" if isinstance(k_block, str) else f"mov.u32 {k_byte}, {k_block * BLOCK_K};")
-        e(t.mbarrier_arrive_expect_tx(stage.full, self.plan.stage_bytes),
-          t.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0, stage.full),
-          t.tma_load_2d(stage.b_tile, self.tmaps["tmap_b"], k_byte, n0, stage.full),
-          t.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block, stage.full))
+        e(t.mbarrier_arrive_expect_tx(stage.full, self.plan.stage_bytes))
+        own = f"@{pair.own} " if pair else ""
+        e(own + t.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0, stage.full),
+          own + t.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block, stage.full))
+        if pair:
+            e(f"@{pair.lead} " + t.tma_load_2d_multicast(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0, stage.full,
+                                                         pair.mask),
+              f"@{pair.lead} " + t.tma_load_2d_multicast(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block,
+                                                         stage.full, pair.mask))
+        e(t.tma_load_2d(stage.b_tile, self.tmaps["tmap_b"], k_byte, n0, stage.full))
 
     def wait(self, barrier: str, parity: str, what: str) -> None:
         ready = self.b.reg("pred")
@@ -128,28 +147,38 @@ class InlineProducer:
 
 
 class WarpgroupProducer:
-    """Stage 07+'s producer warpgroup: emitted as the body of that warpgroup's branch."""
+    """Stage 07+'s producer warpgroup: emitted as the body of that warpgroup's branch. ``end``: in a cluster the
+    idle threads go there (the kernel's final cluster barrier) instead of exiting; ``rank``: the cluster rank."""
 
-    def __init__(self, ring: Ring, registers: tuple[int, int] | None, leader: str):
-        self.ring, self.registers, self.leader = ring, registers, leader
+    def __init__(self, ring: Ring, registers: tuple[int, int] | None, leader: str, end: str | None = None,
+                 rank: str | None = None):
+        self.ring, self.registers, self.leader, self.end, self.rank = ring, registers, leader, end, rank
 
     def emit(self, scheduler) -> None:
         b, ring, kb = self.ring.b, self.ring, self.ring.plan.kb
         if self.registers:
             b.emit(w.setmaxnreg(self.registers[0], increase=False))
-        b.emit(f"@!{self.leader} {core.exit_thread()}")  # one thread issues every copy
+        # one thread issues every copy; the others leave (to the cluster barrier when there is one)
+        b.emit(f"@!{self.leader} bra {self.end};" if self.end else f"@!{self.leader} {core.exit_thread()}")
         # a fresh empty barrier passes a parity-1 wait at once: the first round of stages needs no release
         stage, parity = ring.counters("prod", 0, 1)
         with scheduler.tiles() as (m0, n0):
+            pair = scheduler.pair_flags(self.rank) if self.rank else None
             k, more = b.reg("u32", "pk"), b.reg("pred")
             top = b.label("produce")
             b.emit(f"mov.u32 {k}, 0;")
             b.place(top)
             slot = ring.stage(stage)
             ring.wait(slot.empty, parity, "wait_empty")
-            ring.load(slot, k, m0, n0)
+            ring.load(slot, k, m0, n0, pair)
             ring.advance(stage, parity)
             b.emit(f"add.u32 {k}, {k}, 1;", f"setp.lt.u32 {more}, {k}, {kb};", f"@{more} bra {top};")
+        if self.rank:
+            # Drain: the last `stages` loads must be released (by this CTA's and the peer's consumers) before
+            # this CTA may exit, or a remote arrive could target a CTA that is gone.
+            for _ in range(ring.plan.config.stages):
+                ring.wait(ring.stage(stage).empty, parity, "drain_empty")
+                ring.advance(stage, parity)
 
 
-__all__ = ["Ring", "Stage", "InlineProducer", "WarpgroupProducer"]
+__all__ = ["Ring", "Stage", "PairFlags", "InlineProducer", "WarpgroupProducer"]

@@ -53,6 +53,24 @@ class TileScheduler:
             self.group_tiles = r("u32", f"{name}_gtiles")
             e(f"mul.lo.u32 {self.group_tiles}, {m_blocks}, {config.raster_group};")
 
+    def pair_flags(self, rank: str):
+        """Inside :meth:`tiles` of a 2-CTA cluster: the CTAs of a pair walk tiles 2i and 2i + 1 (the grid is even),
+        so both compute the same flags from the pair's first tile: whether the peer has a tile at this step and
+        whether the two tiles share their rows (then A is multicast). A pair split across a row or group edge,
+        or an odd last tile, loads A without multicast; both CTAs agree, so neither waits for bytes never sent."""
+        from gemm.kernel.producer import PairFlags
+        e, r = self.b.emit, self.b.reg
+        first, second = r("u32", "pair0"), r("u32", "pair1")
+        e(f"sub.u32 {first}, {self.tile}, {rank};", f"add.u32 {second}, {first}, 1;")
+        m_first, _ = self._coords(first)
+        m_second, _ = self._coords(second)
+        alive, same, own, lead, rank0, mask = (r("pred", "p_peer"), r("pred"), r("pred", "p_own_a"),
+                                              r("pred", "p_lead_a"), r("pred"), r("b16", "cta_mask"))
+        e(f"setp.lt.u32 {alive}, {second}, {self.num_tiles};", f"setp.eq.u32 {same}, {m_first}, {m_second};",
+          f"and.pred {same}, {same}, {alive};", f"not.pred {own}, {same};",
+          f"setp.eq.u32 {rank0}, {rank}, 0;", f"and.pred {lead}, {same}, {rank0};", f"mov.b16 {mask}, 3;")
+        return PairFlags(own=own, lead=lead, peer_alive=alive, mask=mask)
+
     def _coords(self, tile: str) -> tuple[str, str]:
         e, r, c = self.b.emit, self.b.reg, self.config
         m_block, n_block = r("u32", "mblk"), r("u32", "nblk")
@@ -75,9 +93,10 @@ class TileScheduler:
 
     @contextmanager
     def tiles(self):
-        """The body runs once per tile of this CTA with (m0, n0) registers; persistent kernels loop."""
+        """The body runs once per tile of this CTA with (m0, n0) registers; persistent kernels loop (``self.tile``
+        is the tile index meanwhile)."""
         b, e, r = self.b, self.b.emit, self.b.reg
-        tile = r("u32", f"{self.name}_tile")
+        tile = self.tile = r("u32", f"{self.name}_tile")
         e(f"mov.u32 {tile}, %ctaid.x;")
         if not self.config.persistent:  # the grid is the tile count: exactly one tile, no loop
             yield self._coords(tile)

@@ -113,8 +113,42 @@ def bulk_wait_group(pending: int, read_only: bool = False) -> str:
     return f"cp.async.bulk.wait_group{'.read' if read_only else ''} {pending};"
 
 
+# -- clusters (sm_90): two CTAs that see each other's shared memory and share TMA copies -------------------------
+# ISA "Special Registers" (%cluster_ctarank): this CTA's rank in its cluster.
+def cluster_rank(dst_u32: str) -> str:
+    return f"mov.u32 {dst_u32}, %cluster_ctarank;"
+
+
+# ISA "mapa": the address of the same shared variable in CTA ``rank`` of the cluster (a shared::cluster address).
+def mapa(dst_u32: str, shared_address: str, rank: str | int) -> str:
+    return f"mapa.shared::cluster.u32 {dst_u32}, {shared_address}, {rank};"
+
+
+# ISA "mbarrier.arrive" (.shared::cluster): one arrival on a barrier of any CTA of the cluster. Default semantics
+# (release at CTA scope), as CUTLASS's ClusterBarrier::arrive: the .release.cluster form adds a MEMBAR per arrive,
+# and what it orders here (this warp's finished wgmma reads of the stage) is already complete at the arrive.
+def mbarrier_arrive_cluster(cluster_address: str) -> str:
+    return f"mbarrier.arrive.shared::cluster.b64 _, [{cluster_address}];"
+
+
+# ISA "cp.async.bulk.tensor" (.multicast::cluster): one load lands at the same shared offset in every CTA of
+# ``cta_mask`` (bit i = rank i) and completes its bytes on the barrier at the same offset in each of them.
+def tma_load_2d_multicast(shared_dst: str, tensormap_u64: str, x: str | int, y: str | int, mbarrier: str,
+                          cta_mask: str) -> str:
+    return (f"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+            f"[{shared_dst}], [{tensormap_u64}, {{{x}, {y}}}], [{mbarrier}], {cta_mask};")
+
+
+# ISA "barrier.cluster": every thread of every CTA of the cluster arrives, then waits for all (release/acquire:
+# barrier inits and shared writes before it are visible to the other CTA after it). Not .aligned: the threads
+# of a warp may reach it on different paths (the producer's elected thread comes later than the others).
+def cluster_sync() -> str:
+    return "barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;"
+
+
 __all__ = [
     "pipeline_slot", "producer_wait_parity", "advance", "mbarrier_init", "fence_mbarrier_init",
     "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_wait_parity", "fence_proxy_async",
     "tensormap_address", "prefetch_tensormap", "tma_load_2d", "tma_store_2d", "bulk_commit_group", "bulk_wait_group",
+    "cluster_rank", "mapa", "mbarrier_arrive_cluster", "tma_load_2d_multicast", "cluster_sync",
 ]
