@@ -70,7 +70,7 @@ def wave_cost(block_m: int, block_n: int) -> int:
     return max(block_m * block_n, FEED_WEIGHT * (block_m + block_n))
 
 
-def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168) -> tuple[int, int]:
+def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168, fits=None) -> tuple[int, int]:
     """Fewest modelled cycles: waves x (K blocks x wave_cost + TILE_OVERHEAD); ties go to fewer waves, the larger
     block, then the taller one (two math warpgroups hide each other's promotion: 128 x 64 beat 64 x 128 by 4% at
     128 x 7168 x 2048). The per-tile overhead (prologue, epilogue) matters at small K: at 4096 x 32768 x 512,
@@ -82,12 +82,22 @@ def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168)
         for block_n in BLOCK_N_CANDIDATES:
             if block_m == 256 and block_n > 128 or staged and block_n & (block_n - 1):
                 continue
+            if fits is not None and not fits(block_m, block_n):
+                continue
             waves = ceil_div(ceil_div(m, block_m) * ceil_div(n, block_n), sms)
             cost = waves * (ceil_div(k, 128) * wave_cost(block_m, block_n) + TILE_OVERHEAD)
             key = (cost, waves, -block_m * block_n, -block_m)
             if best_key is None or key < best_key:
                 best_key, best = key, (block_m, block_n)
     return best
+
+
+def post_passes() -> tuple[str, ...]:
+    """Cubin passes for production kernels: none by default (the FFMA interleave measured no gain on the H100,
+    results/ffma_pass.json); FP8LADDER_FFMA_INTERLEAVE=deepgemm|every_other turns one on (ptx.passes)."""
+    from ptx.passes import pass_from_environment
+    rule = pass_from_environment()
+    return (f"ffma_{rule}",) if rule else ()
 
 
 def raster_group(block_m: int, block_n: int, sms: int) -> int:
@@ -100,15 +110,20 @@ def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None) -> 
 
     ``FP8LADDER_PRINT_CONFIGS=1`` prints each choice once."""
     device = device or device_facts()
-    block_m, block_n = choose_blocks(m, n, device.sm_count, staged=n % 8 != 0, k=k)
+    epilogue = "tma" if n % 8 == 0 else "staged"
+
+    def fits(block_m: int, block_n: int) -> bool:  # at least 3 stages in this device's shared memory
+        trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue)
+        return max_stages(trial, n, k, limit=3, budget=device.shared_limit) >= 3
+    block_m, block_n = choose_blocks(m, n, device.sm_count, staged=n % 8 != 0, k=k, fits=fits)
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)
     persistent = ceil_div(m, block_m) * ceil_div(n, block_n) > device.sm_count
     config = KernelConfig(block_m=block_m, block_n=block_n, stages=2, producer="warpgroup", registers=REGISTERS,
                           persistent=persistent,
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
-                          epilogue="tma" if n % 8 == 0 else "staged")
+                          epilogue=epilogue)
     stages = max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit)
-    config = config.replace(stages=stages)
+    config = config.replace(stages=stages, post_passes=post_passes())
     if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
         print(f"fp8_gemm_nt M={m} N={n} K={k}: {config.describe()}")
     return config

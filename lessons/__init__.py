@@ -31,6 +31,7 @@ STAGES = {
     7: "07_warp_specialization",
     8: "08_persistent_tma_store",
     9: "09_tma_multicast",
+    10: "10_ffma_interleave",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 

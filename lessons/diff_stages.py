@@ -47,12 +47,21 @@ def ptx_diff(a: int, b: int, m: int, n: int, k: int, context: int = 1) -> list[s
     return list(difflib.unified_diff(before, after, f"stage {a:02d}", f"stage {b:02d}", n=context, lineterm=""))
 
 
-def opcode_table(a: int, b: int, m: int, n: int, k: int) -> list[tuple[str, int, int]]:
+def stage_cubin(number: int, m: int, n: int, k: int):
+    """What runs: the assembled PTX, after the stage's cubin passes when it has any (stage 10)."""
     from ptx.compile import compile_ptx
+    module = lessons.stage(number)
+    return module.cubin(m, n, k) if hasattr(module, "cubin") else compile_ptx(module.generate(m, n, k))
+
+
+def opcode_table(a: int, b: int, m: int, n: int, k: int) -> list[tuple[str, int, int]]:
+    """Key SASS opcode counts of both stages, plus the promotion FFMAs that yield (stage 10's bit)."""
+    from ptx.passes import count_yielding_ffma
     from ptx.sass import disassemble, opcode_counts
-    counts = [key_opcode_counts(opcode_counts(disassemble(compile_ptx(lessons.stage(s).generate(m, n, k)))))
-              for s in (a, b)]
-    return [(op, counts[0][op], counts[1][op]) for op in KEY_OPCODES if counts[0][op] or counts[1][op]]
+    listings = [disassemble(stage_cubin(s, m, n, k)) for s in (a, b)]
+    counts = [key_opcode_counts(opcode_counts(listing)) for listing in listings]
+    rows = [(op, counts[0][op], counts[1][op]) for op in KEY_OPCODES if counts[0][op] or counts[1][op]]
+    return rows + [("FFMA yield", *(count_yielding_ffma(listing)[0] for listing in listings))]
 
 
 def diff(a: int, b: int, m: int, n: int, k: int, *, max_lines: int = 160) -> int:

@@ -35,7 +35,7 @@ def ptx_report(module, m: int, n: int, k: int) -> dict:
     from ptx.compile import compile_ptx
     from ptx.sass import disassemble, opcode_counts
     started = time.perf_counter()
-    cubin = compile_ptx(module.generate(m, n, k))
+    cubin = module.cubin(m, n, k) if hasattr(module, "cubin") else compile_ptx(module.generate(m, n, k))
     assembled = time.perf_counter() - started
     instructions = disassemble(cubin)
     kernels = {name: {f: getattr(res, f, None) for f in RESOURCE_FIELDS} for name, res in cubin.resources.items()}

@@ -70,6 +70,22 @@ def ablation_block(result: dict) -> str:
                       format_table(columns, result["rows"], markdown=True)])
 
 
+def sweep_block(result: dict) -> str:
+    """A tools/sweep_configs.py result: one row per shape, TFLOP/s of each config and its ratio to the first."""
+    names = result.get("configs") or sorted({r["name"] for r in result["rows"]})
+    shapes = sorted({(r["m"], r["n"], r["k"]) for r in result["rows"]}, key=lambda s: (s[0], s[1], s[2]))
+    by = {(r["m"], r["n"], r["k"], r["name"]): r for r in result["rows"]}
+    header = "| M | N | K | " + " | ".join(f"`{name}` TFLOP/s" for name in names) + " | " + \
+        " | ".join(f"`{name}` vs first" for name in names[1:]) + " |"
+    lines = [describe_device(result), "", header, "|" + "---:|" * (3 + 2 * len(names) - 1)]
+    for m, n, k in shapes:
+        rows = [by.get((m, n, k, name), {}) for name in names]
+        tflops = [f"{r['tflops']:.0f}" if r else "-" for r in rows]
+        ratios = [f"{r['vs_first']:.2f}x" if r else "-" for r in rows[1:]]
+        lines.append(f"| {m} | {n} | {k} | " + " | ".join(tflops) + " | " + " | ".join(ratios) + " |")
+    return "\n".join(lines)
+
+
 def _relative(path: Path, start: Path) -> str:
     import os
     return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
@@ -114,6 +130,9 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     }
     for ablation in sorted(results.glob("ablation_*.json")):
         blocks[ablation.stem] = ablation_block(read_result(ablation))
+    for sweep in (results / "ffma_pass.json", results / "multicast.json"):
+        if sweep.exists():
+            blocks[sweep.stem] = sweep_block(read_result(sweep))
     rendered = {}
     if ladder_json.exists() and lessons is not None:
         rendered.update(measured_lines(read_result(ladder_json), lessons))

@@ -10,7 +10,7 @@ the rows.
 """
 import argparse
 import ast
-import json
+import shlex
 import sys
 
 
@@ -27,8 +27,16 @@ def parse_config(text: str, m: int, n: int, k: int):
         config = lessons.stage(int(base[5:])).config(m, n, k)
     else:
         raise SystemExit(f"unknown config {base!r}")
-    changes = {}
-    for item in filter(None, overrides.split(",")):
+    changes, items, depth, current = {}, [], 0, ""
+    for ch in overrides:  # split on the commas outside brackets: "post_passes=('a',),stages=3"
+        depth += ch in "([{" and 1 or (ch in ")]}" and -1 or 0)
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    for item in filter(None, items):
         key, _, value = item.partition("=")
         try:
             changes[key] = ast.literal_eval(value)
@@ -43,19 +51,26 @@ def parse_config(text: str, m: int, n: int, k: int):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("shape")
+    parser.add_argument("shape", help='"M,N,K" or "M,N,K;M,N,K;..." or "bench" (the 18 DeepSeek shapes + 8192^3)')
     parser.add_argument("configs", nargs="+")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    m, n, k = (int(x) for x in args.shape.replace("x", ",").split(","))
-    from gemm.bench import CONFIG_COLUMNS, time_configs
-    from gemm.testing import format_table
-    rows = time_configs(m, n, k, {name: parse_config(name, m, n, k) for name in args.configs})
-    print(f"M={m} N={n} K={k}")
-    print(format_table(CONFIG_COLUMNS, rows))
+    from gemm.bench import BENCH_SHAPES, CONFIG_COLUMNS, parse_shapes, time_configs
+    from gemm.testing import device_info, format_table, write_result
+    shapes = BENCH_SHAPES if args.shape == "bench" else parse_shapes(args.shape)
+    rows = []
+    for m, n, k in shapes:
+        shape_rows = time_configs(m, n, k, {name: parse_config(name, m, n, k) for name in args.configs})
+        for row in shape_rows:
+            row.update(m=m, n=n, k=k, vs_first=shape_rows[0]["time_us"] / row["time_us"])
+        print(f"M={m} N={n} K={k}")
+        print(format_table(CONFIG_COLUMNS, shape_rows), flush=True)
+        rows += shape_rows
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"shape": [m, n, k], "rows": rows}, handle, indent=1)
+        command = shlex.join(["python", "tools/sweep_configs.py", args.shape, *args.configs])
+        write_result(args.json, command=command, rows=rows, device=device_info(),
+                     configs=args.configs,
+                     timing="CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only; median of 5")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 

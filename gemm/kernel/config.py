@@ -13,8 +13,8 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   (``stmatrix`` into a swizzled tile, one TMA store per 64-column atom, its wait deferred to the next tile);
 * ``multicast``: 2 = clusters of two CTAs computing tiles with the same rows, A (and its scales) loaded once
   and multicast to both (stage 09);
-* ``post_passes``, ``gemm_type``: the fields later issues fill (the FFMA pass, grouped GEMMs); only their "off"
-  values are accepted today, with an error naming what is missing.
+* ``post_passes``: cubin passes run after assembly (stage 10's FFMA interleave, :mod:`ptx.passes`);
+* ``gemm_type``: grouped GEMMs fill it later; only "normal" is accepted today.
 """
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ WARPGROUP = 128  # threads
 SHARED_LIMIT = 227 * 1024  # H100: the most dynamic shared memory one block may have (cuDeviceGetAttribute agrees)
 ALIGN_SLACK = 1024  # the dynamic shared base is aligned up to 1024 bytes at run time
 TMA_D_ATOM_COLUMNS = 64  # one 128-byte swizzle row of BF16: the TMA store's box width with the 128B swizzle
+# cubin -> cubin passes a config may ask for (ptx.passes), by name: the FFMA interleave with DeepGEMM's rule, or
+# with one yield every other FFMA (stage 10)
+POST_PASSES = {"ffma_deepgemm": "deepgemm", "ffma_every_other": "every_other"}
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,9 @@ class KernelConfig:
         if self.multicast == 2 and (self.producer != "warpgroup" or not self.persistent):
             raise ValueError("TMA multicast pairs the tiles of a persistent walk between the two CTAs of a "
                              "cluster: it needs producer='warpgroup' and persistent=True")
-        if self.post_passes:
-            raise ValueError(f"post_passes {self.post_passes}: no cubin pass exists yet (the FFMA pass is stage 10)")
+        unknown = [name for name in self.post_passes if name not in POST_PASSES]
+        if unknown:
+            raise ValueError(f"post_passes {unknown}: known cubin passes are {sorted(POST_PASSES)}")
         if self.gemm_type != "normal":
             raise ValueError(f"gemm_type {self.gemm_type!r}: grouped GEMMs are not generated yet")
 
@@ -133,6 +137,7 @@ class KernelConfig:
         fields.append(f"{self.epilogue} epilogue")
         if self.multicast > 1:
             fields.append(f"A multicast to {self.multicast} CTAs")
+        fields += [f"pass {name}" for name in self.post_passes]
         return ", ".join(fields)
 
 

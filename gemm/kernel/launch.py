@@ -12,16 +12,27 @@ import functools
 import numpy as np
 
 from gemm.fp8 import ceil_div
-from gemm.kernel.config import BLOCK_K, KernelConfig, SharedPlan, tma_store_box_columns
+from gemm.kernel.config import BLOCK_K, POST_PASSES, KernelConfig, SharedPlan, tma_store_box_columns
 from gemm.kernel.generator import KERNEL, generate
+
+
+def cubin(config: KernelConfig, n: int, k: int):
+    """The assembled kernel of ``config`` for (N, K), after its cubin passes (no GPU needed)."""
+    import dataclasses
+    from ptx.compile import compile_ptx
+    from ptx.passes import interleave_ffma
+    image = compile_ptx(generate(config, n, k))
+    for name in config.post_passes:
+        patched, _ = interleave_ffma(image, KERNEL, rule=POST_PASSES[name])
+        image = dataclasses.replace(image, image=patched, from_cache=False)  # a new Cubin: a new key (sha256)
+    return image
 
 
 @functools.lru_cache(maxsize=None)
 def kernel(config: KernelConfig, n: int, k: int):
-    """The loaded kernel of ``config`` for (N, K) (generated and assembled on first use)."""
-    from ptx.compile import compile_ptx
+    """The loaded kernel of ``config`` for (N, K) (generated, assembled and passed on first use)."""
     from ptx.runtime import load_kernel
-    return load_kernel(compile_ptx(generate(config, n, k)), KERNEL)
+    return load_kernel(cubin(config, n, k), KERNEL)
 
 
 def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: int) -> dict[str, dict]:
@@ -68,4 +79,4 @@ def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
                                 shared_bytes=plan.shared_bytes, cluster=cluster, stream=stream)
 
 
-__all__ = ["kernel", "tensor_map_specs", "tensor_maps", "grid", "launch"]
+__all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "grid", "launch"]

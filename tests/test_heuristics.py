@@ -1,0 +1,70 @@
+"""The heuristics (gemm.heuristics), on the CPU: every DeepSeek shape gets a valid config that fits and is the
+cheapest under the cost model; awkward wave counts; the SM count and shared memory are read, not assumed; the
+choice is printable and is part of the kernel's cache key."""
+import itertools
+
+import pytest
+
+from gemm.bench import BENCH_SHAPES
+from gemm.fp8 import ceil_div
+from gemm.heuristics import (BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES, H100, TILE_OVERHEAD, DeviceFacts,
+                             choose_blocks, choose_config, wave_cost)
+from gemm.kernel import SharedPlan
+
+
+def modelled(m, n, k, block_m, block_n, sms):
+    waves = ceil_div(ceil_div(m, block_m) * ceil_div(n, block_n), sms)
+    return waves * (ceil_div(k, 128) * wave_cost(block_m, block_n) + TILE_OVERHEAD)
+
+
+@pytest.mark.parametrize("m, n, k", BENCH_SHAPES + [(1, 24576, 1536), (4095, 7168, 2048), (300, 2111, 256)])
+def test_every_shape_gets_the_cheapest_valid_config_that_fits(m, n, k):
+    config = choose_config(m, n, k, H100)
+    plan = SharedPlan(config, n, k)
+    plan.check()
+    assert plan.shared_bytes <= H100.shared_limit and config.stages >= 3
+    assert (config.epilogue == "tma") == (n % 8 == 0)
+    best = min(modelled(m, n, k, bm, bn, 132) for bm, bn in itertools.product(BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES)
+               if not (bm > 64 and m <= 64 or bm > 128 and m <= 128 or bm == 256 and bn > 128
+                       or n % 8 and bn & (bn - 1)))
+    assert modelled(m, n, k, config.block_m, config.block_n, 132) == best
+    tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
+    assert config.persistent == (tiles > 132)  # one wave: one CTA per tile, nothing to walk
+
+
+@pytest.mark.parametrize("m, n, k", [(4096, 2112, 7168), (2048, 8448, 4096), (1536, 1536, 8192)])
+def test_awkward_waves_are_not_left_nearly_empty(m, n, k):
+    """Shapes where the biggest tile leaves a last wave a few percent full: the choice beats that by the model."""
+    bm, bn = choose_blocks(m, n, 132, k=k)
+    tiles = ceil_div(m, bm) * ceil_div(n, bn)
+    last = tiles % 132 or 132
+    assert tiles <= 132 or last >= 132 // 4, (bm, bn, tiles)
+
+
+def test_the_device_is_read_not_assumed():
+    small = DeviceFacts(sm_count=78, shared_limit=101376, name="a smaller GPU")
+    config = choose_config(4096, 4096, 7168, small)
+    assert SharedPlan(config, 4096, 7168).shared_bytes <= 101376  # fewer stages fit
+    assert config.stages < choose_config(4096, 4096, 7168, H100).stages or config.block_m < 256
+    assert choose_blocks(64, 2112, 66) == (64, 32)  # 66 SMs: 66 tiles of 32 columns fill them
+
+
+def test_the_choice_is_printable_and_keys_the_kernel_cache(monkeypatch, capsys):
+    import gemm.kernel.launch as launch
+    monkeypatch.setenv("FP8LADDER_PRINT_CONFIGS", "1")
+    choose_config.cache_clear()
+    config = choose_config(4096, 4096, 4096, H100)
+    assert config.describe() in capsys.readouterr().out
+    choose_config.cache_clear()
+    # the kernel cache is keyed by (config, N, K): a config that differs in any field is another kernel
+    assert launch.kernel.cache_info is not None and hash(config) != hash(config.replace(stages=config.stages - 1))
+
+
+def test_ffma_pass_is_off_unless_asked(monkeypatch):
+    choose_config.cache_clear()
+    monkeypatch.delenv("FP8LADDER_FFMA_INTERLEAVE", raising=False)
+    assert choose_config(4096, 4096, 7168, H100).post_passes == ()
+    choose_config.cache_clear()
+    monkeypatch.setenv("FP8LADDER_FFMA_INTERLEAVE", "deepgemm")
+    assert choose_config(4096, 4096, 7168, H100).post_passes == ("ffma_deepgemm",)
+    choose_config.cache_clear()
