@@ -250,6 +250,9 @@ GPU_CONFIGS = {
     "09-256x128": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=256, block_n=128, stages=3, multicast=2),
     "09-128x192": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=192, stages=3, multicast=2),
     "09-64x16": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=16, stages=6, multicast=2),
+    "08-64x56 (seven switch points)": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=56,
+                                                                                    stages=6),
+    "08-128x56": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=56, stages=5),
 }
 
 
