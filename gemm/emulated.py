@@ -33,7 +33,8 @@ def run_gemm(config: KernelConfig, a, sa, b, sb, *, sm_count: int = 3, seed: int
             for name, spec in tensor_map_specs(config, m, n, k, align(m, 4)).items()}
     run_kernel(generate(config, n, k), KERNEL, (grid(config, m, n, sm_count),), config.threads,
                SharedPlan(config, n, k).shared_bytes,
-               dict(**maps, sb=np.ascontiguousarray(sb, np.float32), d=d, m=m), seed=seed, preempt=preempt)
+               dict(**maps, sb=np.ascontiguousarray(sb, np.float32), d=d, m=m), seed=seed, preempt=preempt,
+               cluster=config.multicast)
     return bf16_to_float(d)
 
 

@@ -185,7 +185,21 @@ EMULATED_CONFIGS = {
     "64x160 (four switch points)": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=160,
                                                                                  stages=2),
     "64x16": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=16, stages=4),
+    "09 (A multicast)": lambda m, n, k: lessons.stage(9).config(m, n, k).replace(stages=3),
+    "09-128x192": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=192, stages=2, multicast=2),
 }
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2, 3])
+@pytest.mark.parametrize("m, n, k, sms", [(300, 416, 640, 4), (200, 200, 384, 2)])
+def test_multicast_pairs_on_the_emulator_under_many_schedules(m, n, k, sms, seed, rng):
+    """2-CTA clusters: odd tile counts (a lone CTA), pairs split by a row edge, the ring wrapping; round-robin
+    and random schedules (the random ones expose a missing drain or a one-sided release)."""
+    from gemm.emulated import run_gemm
+    config = lessons.stage(9).config(m, n, k).replace(stages=2)
+    assert config.multicast == 2
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=sms, seed=seed), problem)
 
 
 def emulate_stage06(a, sa, b, sb):

@@ -153,8 +153,9 @@ class _Kernel:
             self.release_target = None
             if c.multicast > 1:  # lane l releases CTA l's stage; with no peer at this step, both go to this CTA
                 pair = scheduler.pair_flags(self.rank)
-                self.release_target = r("u32", "release_rank")
-                e(f"selp.u32 {self.release_target}, {math.lane}, {self.rank}, {pair.peer_alive};")
+                self.release_target = r("u32", "release_rank")  # lane & 1: every lane's mapa names a real CTA
+                e(f"and.b32 {self.release_target}, {math.lane}, 1;",
+                  f"selp.u32 {self.release_target}, {self.release_target}, {self.rank}, {pair.peer_alive};")
             variants = c.former_groups_variants
             if len(variants) == 1:
                 self.k_loop(math, sb_tile, c_stage, c_parity, None)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .common import EmulationError
 
 
@@ -90,6 +92,56 @@ class NamedBarriers:
         return f"{barrier.arrived} of {expected} threads arrived"
 
 
+class ClusterBarrier:
+    def __init__(self, ctas):
+        self.ctas = ctas  # the cluster's CTAs, by rank (each has ``exited``, one flag per thread)
+        self.generation = 0  # completed phases
+        self.arrived: dict[int, np.ndarray] = {}  # rank -> threads arrived in the current phase
+        self.token: dict[int, np.ndarray] = {}  # rank -> generation each thread last arrived in, -1 once waited
+
+    def _state(self, rank: int):
+        if rank not in self.arrived:
+            threads = self.ctas[rank].exited.size
+            self.arrived[rank], self.token[rank] = np.zeros(threads, bool), np.full(threads, -1, np.int64)
+        return self.arrived[rank], self.token[rank]
+
+    def arrive(self, rank: int, threads: np.ndarray):
+        arrived, token = self._state(rank)
+        if (token[threads] >= 0).any():
+            raise EmulationError(f"barrier.cluster.arrive by threads {threads[token[threads] >= 0][:4].tolist()} "
+                                 "that arrived before without a barrier.cluster.wait")
+        arrived[threads], token[threads] = True, self.generation
+        self.poll()
+
+    def wait(self, rank: int, threads: np.ndarray) -> int:
+        """Consume the threads' arrivals; returns the generation that must be passed before they go on."""
+        _, token = self._state(rank)
+        tokens = set(token[threads].tolist())
+        if -1 in tokens:
+            raise EmulationError(f"barrier.cluster.wait by threads {threads[token[threads] < 0][:4].tolist()} "
+                                 "that did not barrier.cluster.arrive first")
+        if len(tokens) != 1:
+            raise EmulationError(f"barrier.cluster.wait by threads that arrived in different phases {tokens}")
+        token[threads] = -1
+        return tokens.pop()
+
+    def poll(self) -> int:
+        states = [self._state(rank)[0] | cta.exited for rank, cta in enumerate(self.ctas)]
+        if any(a.any() for a in self.arrived.values()) and all(s.all() for s in states):
+            self.generation += 1
+            for arrived in self.arrived.values():
+                arrived[:] = False
+        return self.generation
+
+    def describe(self) -> str:
+        counts = []
+        for rank, cta in enumerate(self.ctas):
+            arrived, _ = self._state(rank)
+            counts.append(f"CTA rank {rank} {int(arrived.sum())} arrived, {int((~arrived & ~cta.exited).sum())} "
+                          "live not yet")
+        return f"barrier.cluster ({self.generation} phases completed; " + ", ".join(counts) + ")"
+
+
 # -- what a blocked warpgroup waits for --------------------------------------------------------------------
 @dataclass
 class MbarrierWait:
@@ -120,4 +172,18 @@ class NamedWait:
         return f"named barrier {self.barrier_id} ({self.barriers.describe(self.barrier_id)})"
 
 
-__all__ = ["Barrier", "NamedBarrier", "NamedBarriers", "MbarrierWait", "NamedWait"]
+@dataclass
+class ClusterWait:
+    barrier: ClusterBarrier
+    generation: int
+    after: bool = True  # the wait consumed the arrival: resume after it
+
+    def ready(self) -> bool:
+        return self.barrier.poll() > self.generation
+
+    def describe(self) -> str:
+        return self.barrier.describe()
+
+
+__all__ = ["Barrier", "NamedBarrier", "NamedBarriers", "ClusterBarrier", "MbarrierWait", "NamedWait",
+           "ClusterWait"]

@@ -139,6 +139,29 @@ def _bf16_bits(x) -> np.ndarray:
     return np.asarray(x, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
 
 
+# -- shared::cluster addresses ----------------------------------------------------------------------------
+# A CTA-local shared address (``mov.u32 r, smem`` plus arithmetic) is a byte offset below 16 MiB and names the
+# executing CTA's shared memory. ``mapa.shared::cluster`` returns CLUSTER_WINDOW | rank << 24 | offset, an
+# address that names CTA ``rank``'s shared memory (even the executing CTA's own), so instructions with a
+# .shared::cluster operand can tell whose memory it is; arithmetic on it stays inside the window.
+CLUSTER_WINDOW = 0x4000_0000
+CLUSTER_RANKS = 16  # rank bits 24-27: the largest (non-portable) cluster has 16 CTAs
+
+
+def cluster_address(rank, offset):
+    return CLUSTER_WINDOW | (rank << 24) | offset
+
+
+def split_shared(address: int) -> tuple[int | None, int]:
+    """(rank, offset) of a shared::cluster address; (None, address) for a CTA-local one."""
+    if 0 <= address < 1 << 24:
+        return None, address
+    if address & ~0x0FFF_FFFF == CLUSTER_WINDOW:
+        return (address >> 24) & 0xF, address & 0xFF_FFFF
+    raise EmulationError(f"shared address {address:#x} is neither CTA-local (below 16 MiB) nor a mapa result "
+                         f"({CLUSTER_WINDOW:#x} | rank << 24 | offset)")
+
+
 def grid_2d(grid) -> tuple[int, int]:
     grid = tuple(grid)
     return (grid + (1, 1))[:2]

@@ -17,8 +17,9 @@ import re
 import numpy as np
 
 from . import matrix
-from .common import (_MASK, E4M3, EmulationError, GlobalMemory, Instruction, Program, _bf16_bits,  # noqa: F401
-                     _from_bytes, _gather, _signed, _split_operands, _to_bytes, _vector, grid_2d)
+from .common import (_MASK, CLUSTER_WINDOW, E4M3, EmulationError, GlobalMemory, Instruction,  # noqa: F401
+                     Program, _bf16_bits, _from_bytes, _gather, _signed, _split_operands, _to_bytes, _vector,
+                     grid_2d)
 
 
 class CTA:
@@ -35,6 +36,7 @@ class CTA:
         self.open_group: list = []
         self.symbols: dict[str, int] = {}  # shared-memory symbols, by-value parameters (tensor maps)
         self.shared_symbols = self.symbols
+        self.extra_specials: dict[str, int] = {}  # more special registers (a scheduled CTA's cluster ones)
 
     # -- operands -------------------------------------------------------------------------------------
     def value(self, token: str):
@@ -53,6 +55,8 @@ class CTA:
                     "%nctaid.x": self.nctaid[0], "%nctaid.y": self.nctaid[1], "%laneid": self.tid % 32}
         if token in specials:
             return np.broadcast_to(np.asarray(specials[token], np.int64), (self.n,)).copy()
+        if token in self.extra_specials:
+            return np.full(self.n, self.extra_specials[token], np.int64)
         if token in self.symbols:
             return np.full(self.n, self.symbols[token], np.int64)
         raise EmulationError(f"unknown operand {token!r} (a register read before it was written?)")
@@ -127,10 +131,10 @@ class CTA:
             self.write(ops[0], np.where(v(ops[3]).astype(bool), v(ops[1]), v(ops[2])), mask)
         elif name == "ld" and parts[1] == "param":
             self.write(ops[0], np.full(self.n, self.params[ops[1].strip("[]")], np.int64), mask)
-        elif name in ("ld", "st") and parts[1] in ("global", "shared"):
+        elif name in ("ld", "st") and parts[1] in ("global", "shared", "shared::cta"):
             vector = parts[-2] in ("v2", "v4")
             regs = _vector(ops[0 if name == "ld" else 1]) if vector else [ops[0 if name == "ld" else 1]]
-            self.memory_op(name, parts[1], parts[-1], regs, ops[1 if name == "ld" else 0], mask)
+            self.memory_op(name, parts[1].split("::")[0], parts[-1], regs, ops[1 if name == "ld" else 0], mask)
         elif opcode == "cp.async.cg.shared.global":
             self.cp_async(ops, mask)
         elif opcode == "cp.async.commit_group":
@@ -219,6 +223,9 @@ class CTA:
             self.write(name, loaded, mask)
 
     def _shared(self, addresses: np.ndarray, size: int) -> np.ndarray:
+        if addresses.size and addresses.max() >= CLUSTER_WINDOW:
+            raise EmulationError(f"shared::cluster address {addresses.max():#x} (a mapa result) in a CTA-local "
+                                 "shared access: use ld/st.shared::cluster")
         if addresses.size and (addresses.min() < 0 or addresses.max() + size > self.smem.size):
             raise EmulationError(f"shared access out of bounds: {addresses.min()}..{addresses.max()} "
                                  f"(+{size}) of {self.smem.size} bytes")

@@ -14,14 +14,21 @@ shows up as a wrong answer or a deadlock. ptx.emulate.scheduler runs the warpgro
   read from shared memory at wgmma.wait_group, where the accumulators are updated (reading them earlier is an
   error). Descriptors: start address, stride byte offset, 128B swizzle; element (row r, K byte c) of a
   K-major operand sits at start + (r // 8) * SBO + (r % 8) * 128 + c, address bits 4-6 XORed with bits 7-9.
+* Clusters (the CTA's ``cluster``, ptx.emulate.scheduler): special registers %cluster_ctarank,
+  %cluster_nctarank, %clusterid, %nclusterid, %cluster_ctaid, %cluster_nctaid; mapa.shared::cluster.u32 gives
+  CLUSTER_WINDOW | rank << 24 | offset (ptx.emulate.common), which mbarrier.arrive / expect_tx
+  .shared::cluster and ld/st.shared::cluster follow into the peer's shared memory (a .shared::cta operand
+  must be CTA-local); a remote arrive yields like a local one. TMA loads with .multicast::cluster write the box
+  at the same offset in every CTA of the 16-bit mask and complete_tx on the barrier at the same offset in each.
+  barrier.cluster.arrive / wait: see ptx.emulate.barriers.ClusterBarrier; arrive yields like bar.arrive.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from . import tma
-from .barriers import Barrier, MbarrierWait, NamedWait
-from .common import E4M3, EmulationError, _vector
+from .barriers import Barrier, ClusterWait, MbarrierWait, NamedWait
+from .common import E4M3, EmulationError, _from_bytes, _to_bytes, _vector, cluster_address, split_shared
 from .lockstep import CTA
 
 
@@ -29,7 +36,8 @@ class Warpgroup(CTA):
     def __init__(self, cta, index: int, threads: int):
         super().__init__("", "", cta.params, cta.memory, cta.ctaid, threads, 0, nctaid=cta.nctaid,
                          program=cta.program, smem=cta.smem, tid_base=128 * index)
-        self.cta, self.index = cta, index
+        self.cta, self.index, self.slot = cta, index, index  # slot: place in the cluster's scheduling pool
+        self.extra_specials = cta.specials
         self.symbols = self.shared_symbols = cta.symbols
         self.exited = cta.exited[128 * index:128 * index + threads]  # a view: exits are seen CTA-wide
         self.pc, self.active, self.parked = 0, np.ones(threads, bool), []  # parked: [(label pc, mask)]
@@ -112,7 +120,8 @@ class Warpgroup(CTA):
         at = f"line {code[pc].line}: {code[pc].text}" if pc < len(code) else "the end"
         parked = f", {sum(m.sum() for _, m in self.parked)} parked at " + \
             ", ".join(code[t].label for t, _ in self.parked) if self.parked else ""
-        return f"warpgroup {self.index} at {at} ({self.active.sum()} threads active{parked})"
+        cta = f"CTA rank {self.cta.rank} " if self.cta.cluster.size > 1 else ""
+        return f"{cta}warpgroup {self.index} at {at} ({self.active.sum()} threads active{parked})"
 
     # -- instructions -----------------------------------------------------------------------------------
     def execute(self, opcode: str, ops: list[str], mask: np.ndarray):
@@ -122,6 +131,14 @@ class Warpgroup(CTA):
             self.wgmma(parts, ops, mask)
         elif head == "mbarrier":
             self.mbarrier(opcode, parts[1], ops, mask)
+        elif head == "barrier" and parts[1] == "cluster":
+            self.cluster_barrier(parts, mask)
+        elif head == "mapa":
+            self.mapa(parts, ops, mask)
+        elif head in ("ld", "st") and parts[1] == "shared::cluster":
+            vector = parts[-2] in ("v2", "v4")
+            regs = _vector(ops[0 if head == "ld" else 1]) if vector else [ops[0 if head == "ld" else 1]]
+            self.cluster_memory(head, parts[-1], regs, ops[1 if head == "ld" else 0], mask)
         elif head in ("bar", "barrier"):
             self.bar([p for p in parts[1:] if p not in ("cta", "aligned")], ops, mask)
         elif head == "setmaxnreg":
@@ -172,24 +189,100 @@ class Warpgroup(CTA):
         elif self.cta.named.barriers[barrier_id].generation == generation:
             self.wait = NamedWait(self.cta.named, barrier_id, generation)
 
+    def cluster_barrier(self, parts, mask):
+        """barrier.cluster.arrive{.release,.relaxed}{.aligned} / barrier.cluster.wait{.acquire}{.aligned}."""
+        kind, qualifiers = parts[2], set(parts[3:]) - {"aligned"}
+        if kind not in ("arrive", "wait") or not qualifiers <= ({"release", "relaxed"} if kind == "arrive"
+                                                                 else {"acquire"}):
+            raise EmulationError(f"{'.'.join(parts)} is not modelled")
+        if not mask.any():
+            return
+        if "aligned" in parts:
+            warps, live = mask.reshape(-1, 32), (mask | self.exited).reshape(-1, 32)
+            if not live[warps.any(1)].all():
+                raise EmulationError(f"{'.'.join(parts)} executed by only some of a warp's live threads")
+        threads, barrier = 128 * self.index + np.flatnonzero(mask), self.cta.cluster.barrier
+        if kind == "arrive":
+            barrier.arrive(self.cta.rank, threads)
+            self.yield_now = self.cta.preempt
+            return
+        generation = barrier.wait(self.cta.rank, threads)
+        if barrier.poll() <= generation:
+            self.wait = ClusterWait(barrier, generation)
+
+    def mapa(self, parts, ops, mask):
+        """mapa.shared::cluster.u32 d, a, rank: the address of the same shared variable in CTA ``rank``
+        (CLUSTER_WINDOW | rank << 24 | offset; ``a`` CTA-local or itself a mapa result)."""
+        if parts[1:] != ["shared::cluster", "u32"]:
+            raise EmulationError(f"{'.'.join(parts)}: only mapa.shared::cluster.u32 is modelled")
+        if not mask.any():
+            return
+        size = self.cta.cluster.size
+        ranks = self.value(ops[2]).astype(np.int64) & 0xFFFFFFFF
+        if (ranks[mask] >= size).any():
+            raise EmulationError(f"mapa to CTA rank {int(ranks[mask].max())} of a cluster of {size}")
+        offsets = np.array([split_shared(int(a))[1] if m else 0
+                            for a, m in zip(self.value(ops[1]).astype(np.int64) & 0xFFFFFFFF, mask)], np.int64)
+        if (offsets[mask] >= self.smem.size).any():
+            raise EmulationError(f"mapa of shared offset {int(offsets[mask].max())}, past the {self.smem.size} "
+                                 "bytes of shared memory")
+        self.write(ops[0], cluster_address(ranks, offsets), mask)
+
+    def cluster_memory(self, kind: str, ptx_type: str, regs: list[str], address: str, mask):
+        """ld/st.shared::cluster (distributed shared memory): each thread's address may name any CTA of the
+        cluster (a CTA-local address: this one); done at once, like ld/st.shared."""
+        if not mask.any():
+            return
+        size = int(ptx_type[1:]) // 8
+        total, threads = size * len(regs), np.flatnonzero(mask)
+        targets = [self.cta.cluster.target(int(a), self.cta, f"{kind}.shared::cluster")
+                   for a in self.address(address)[threads]]
+        offsets = np.array([offset for _, offset in targets], np.int64)
+        if offsets.max() + total > self.smem.size:
+            raise EmulationError(f"shared::cluster access out of bounds: offset {offsets.max()} (+{total}) of "
+                                 f"{self.smem.size} bytes")
+        spans = offsets[:, None] + np.arange(total)
+        if kind == "st":
+            raw = np.concatenate([_to_bytes(self.value(r)[mask], size) for r in regs], axis=1)
+            for row, (cta, _) in enumerate(targets):
+                cta.smem[spans[row]] = raw[row]
+            return
+        raw = np.stack([cta.smem[spans[row]] for row, (cta, _) in enumerate(targets)])
+        for i, name in enumerate(regs):
+            loaded = np.zeros(self.n, np.float32 if ptx_type == "f32" else np.int64)
+            loaded[mask] = _from_bytes(raw[:, size * i:size * (i + 1)], ptx_type)
+            self.write(name, loaded, mask)
+
     # -- mbarrier -----------------------------------------------------------------------------------------
     def mbarrier(self, opcode, kind, ops, mask):
         if not mask.any():
             return
         operands = ops if kind in ("init", "expect_tx") else ops[1:]  # [address], then count / bytes / parity
-        addresses = set(self.address(operands[0])[mask].tolist())
+        per_thread = self.address(operands[0])
+        addresses = set(per_thread[mask].tolist())
+        if len(addresses) != 1 and kind in ("arrive", "expect_tx"):
+            # arrivals are per thread: lanes of one instruction may name different barriers (a warp's lane l
+            # releasing a stage in CTA l of the cluster), so each group of threads arrives on its own one
+            for address in sorted(addresses):
+                self.mbarrier(opcode, kind, ops, mask & (per_thread == address))
+            return
         if len(addresses) != 1:
             raise EmulationError(f"threads use different barriers: {sorted(addresses)[:4]}")
-        address = addresses.pop()
+        # .shared::cluster (arrive, expect_tx) may name a peer CTA's barrier through a mapa address
+        cta, address = self.cta.cluster.target(addresses.pop(), self.cta, opcode, "shared::cluster" in opcode)
         if address % 8:
             raise EmulationError(f"mbarrier at {address} is not 8-byte aligned")
+        if cta is not self.cta and kind not in ("arrive", "expect_tx"):
+            raise EmulationError(f"{opcode} on CTA rank {cta.rank}'s barrier: only arrive and expect_tx may name "
+                                 "a peer's")
         if kind == "init":
             count = self._uniform(operands[1], mask, "the arrival count")
             self.cta.barriers[address] = Barrier(count, count)
             return
-        barrier = self.cta.barriers.get(address)
+        barrier = cta.barriers.get(address)
         if barrier is None:
-            raise EmulationError(f"{opcode} on an uninitialised barrier at {address}")
+            peer = f" of CTA rank {cta.rank}" if cta is not self.cta else ""
+            raise EmulationError(f"{opcode} on an uninitialised barrier at {address}{peer}")
         threads = int(mask.sum())
         if kind == "expect_tx" or "expect_tx" in opcode:
             barrier.tx += threads * self._uniform(operands[1], mask, "the byte count")
@@ -223,8 +316,13 @@ class Warpgroup(CTA):
         elif parts[3:5] == ["tensor", "2d"] and parts[5].startswith("shared"):
             for t in threads:
                 tmap, x, y = self._box(ops[1], t)
-                barrier = self.cta.barriers[int(self.address(ops[2])[t])]
-                barrier.complete_tx(tma.load(self.smem, tmap, x, y, int(self.address(ops[0])[t])))
+                dst, mbar = int(self.address(ops[0])[t]), int(self.address(ops[2])[t])
+                for cta, dst, mbar in self._load_targets(parts, ops, t, dst, mbar):
+                    barrier = cta.barriers.get(mbar)
+                    if barrier is None:
+                        raise EmulationError(f"TMA load completes on an uninitialised barrier at {mbar} of CTA "
+                                             f"rank {cta.rank}")
+                    barrier.complete_tx(tma.load(cta.smem, tmap, x, y, dst))
         elif parts[3:6] == ["tensor", "2d", "global"] and "bulk_group" in parts:
             for t in threads:
                 tmap, x, y = self._box(ops[0], t)
@@ -233,6 +331,27 @@ class Warpgroup(CTA):
                 self.cta.bulk.issue(int(self.tid[t]), store)
         else:
             raise EmulationError(f"{'.'.join(parts)} is not modelled")
+
+    def _load_targets(self, parts, ops, t: int, dst: int, mbar: int):
+        """[(CTA, dst offset, barrier offset)] a TMA load writes to. Multicast (PTX ISA "cp.async.bulk.tensor",
+        .multicast::cluster): every CTA whose rank bit is set in the 16-bit mask gets the box at the same offset
+        and complete_tx on the barrier at the same offset. Otherwise one CTA, the one ``dst`` names (a CTA-local
+        address: this one), whose barrier ``mbar`` must be."""
+        cluster, what = self.cta.cluster, "TMA load"
+        if "multicast::cluster" not in parts:
+            (cta, dst), (bar_cta, mbar) = (cluster.target(a, self.cta, what) for a in (dst, mbar))
+            if cta is not bar_cta:
+                raise EmulationError(f"TMA load into CTA rank {cta.rank} completes on CTA rank {bar_cta.rank}'s "
+                                     "barrier: they must be the same CTA")
+            return [(cta, dst, mbar)]
+        if len(ops) < 4:
+            raise EmulationError("a .multicast::cluster TMA load needs the CTA mask operand")
+        ranks = int(self.value(ops[3])[t]) & 0xFFFF
+        if ranks == 0 or ranks >> cluster.size:
+            raise EmulationError(f"multicast mask {ranks:#x} for a cluster of {cluster.size} CTAs")
+        dst, mbar = (split_shared(a)[1] for a in (dst, mbar))  # offsets, applied in every destination CTA
+        return [(cluster.peer(rank, self.cta, f"TMA multicast (mask {ranks:#x})", dst), dst, mbar)
+                for rank in range(cluster.size) if ranks >> rank & 1]
 
     def _box(self, operand: str, t: int):
         tmap_reg, coords = operand.strip()[1:-1].split(",", 1)
