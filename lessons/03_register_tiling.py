@@ -21,7 +21,7 @@ What changed vs stage 02:
 Register budget: 64 partial + 64 total + 16 fragment values + addresses, about 170 of 255 per thread; one
 256-thread block per SM fits, so latency is hidden by ILP (64 independent FFMAs) rather than occupancy.
 
-Measured: 23.8 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 4.01x stage 02 (results/ladder.json, `python -m lessons ladder`).
+Measured: 23.9 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 4.03x stage 02 (results/ladder.json, `python -m lessons ladder`).
 """
 from numba import config, cuda
 

@@ -24,7 +24,7 @@ two ``HMMA.16816.F32`` and one FADD per accumulator (see ``python -m lessons ins
 128 HMMA, ~220 F2FP, 256 FADD, 64 FFMA). FP8 at full rate on Hopper needs the warpgroup instruction, wgmma
 (stage 05).
 
-Measured: 306 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.88x stage 03 (results/ladder.json, `python -m lessons ladder`).
+Measured: 308 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.85x stage 03 (results/ladder.json, `python -m lessons ladder`).
 """
 from __future__ import annotations
 

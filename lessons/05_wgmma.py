@@ -21,7 +21,7 @@ the K-block loop is a counted PTX loop (its body — four wgmmas, 64 FFMAs, the 
 Python), so the code stays small for K = 16384. The math warpgroup body is shared with stage 06
 (:mod:`lessons.wgmma_common`).
 
-Measured: 847 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 2.76x stage 04 (results/ladder.json, `python -m lessons ladder`).
+Measured: 843 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 2.74x stage 04 (results/ladder.json, `python -m lessons ladder`).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ j - S = i - 2); the one stage of slack means thread 0 almost never waits for the
 The math warpgroup body (wgmma issue, promotion, coalesced BF16 epilogue) is stage 05's, unchanged
 (:mod:`lessons.wgmma_common`).
 
-Measured: 957 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.13x stage 05 (results/ladder.json, `python -m lessons ladder`).
+Measured: 964 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.14x stage 05 (results/ladder.json, `python -m lessons ladder`).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ difference; ptxas honours the register split (USETMAXREG in the SASS) only in wh
 Speed of light: the same tensor-core bound as stage 06 (1979 TFLOP/s dense FP8 on an H100 SXM); what changes is
 how much of each K block's copy latency the math warpgroups still see.
 
-Measured: 1,126 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.18x stage 06 (results/ladder.json, `python -m lessons ladder`).
+Measured: 1,128 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.17x stage 06 (results/ladder.json, `python -m lessons ladder`).
 """
 from lessons.generated import GeneratedStage
 

@@ -19,7 +19,7 @@ generator with the heuristics' blocks (:mod:`gemm.heuristics`).
 Speed of light: 1979 TFLOP/s dense FP8; at 4096 x 4096 x 7168 the bytes (A, B once, D) take ~45 us at 3 TB/s
 against ~119 us of math, so the kernel is compute-bound and the bar is the tensor cores' busy fraction.
 
-Measured: 1,213 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.08x stage 07 (results/ladder.json, `python -m lessons ladder`).
+Measured: 1,253 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.11x stage 07 (results/ladder.json, `python -m lessons ladder`).
 """
 from gemm.heuristics import device_facts, raster_group
 from lessons.generated import GeneratedStage

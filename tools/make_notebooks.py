@@ -7,8 +7,10 @@ One notebook per stage: the one idea (markdown), the kernel (Numba source, or an
 PTX with its resource report and SASS opcode counts), a correctness check against the float64 reference,
 and a timing cell. Generator stages (07+) also show their one config change, the emitter that implements it,
 the SASS opcode table against the previous stage, figures drawn from the kernel's own layout functions, and
-a cell for the CPU emulator. Every cell runs without a GPU: Numba kernels fall back to the CUDA simulator on tiny
-shapes, PTX is assembled and disassembled on the CPU, and GPU-only work prints what it would need.
+a cell for the CPU emulator; stages whose worth is a measurement (09, 10) print it from the committed results/
+file, never from numbers written here. Every cell runs without a GPU: Numba kernels fall back to the CUDA
+simulator on tiny shapes, PTX is assembled and disassembled on the CPU, and GPU-only work prints what it would
+need (a missing results/ file prints the command that writes it).
 Notebooks are written without outputs and with stable cell ids, so diffs stay readable.
 """
 from __future__ import annotations
@@ -234,8 +236,10 @@ def ptx_notebook(number: int, intro: str, ptx_note: str, keywords, sass_note: st
                  sass_opcodes, check_note: str, shapes_gpu, extra: list[dict] = (), before: list[dict] = (),
                  ptx_extra: str = "", ptx_comment: str = "The generator bakes the shape into the text (as "
                  "DeepGEMM's JIT does): this is the ladder's shape.",
-                 assembler: str = "nvJitLink (ptxas inside): no GPU needed") -> list[dict]:
-    """``before`` goes between the setup and the PTX, ``extra`` after the SASS; ``ptx_extra`` ends the PTX cell."""
+                 assembler: str = "nvJitLink (ptxas inside): no GPU needed",
+                 cubin_code: str = "compile_ptx(ptx_text)", check_code: str | None = None) -> list[dict]:
+    """``before`` goes between the setup and the PTX, ``extra`` after the SASS; ``ptx_extra`` ends the PTX cell.
+    ``cubin_code``: the expression for what runs (a cubin pass changes it); ``check_code``: the GPU check cell."""
     return [
         markdown(intro),
         code(setup_cell(number)),
@@ -249,13 +253,13 @@ ptx_text = stage.generate(4096, 4096, 7168)
 show_excerpt(ptx_text, {list(keywords)!r})''' + ptx_extra),
         markdown(sass_note),
         code(f'''\
-cubin = compile_ptx(ptx_text)  # {assembler}
+cubin = {cubin_code}  # {assembler}
 instructions = show_resources(cubin, {list(key_opcodes)!r})'''
              + "".join(f"\nshow_sass(instructions, {op!r})" for op in sass_opcodes)),
         *extra,
         markdown(check_note),
         code(DEVICE_HELPERS),
-        code(f'''\
+        code(check_code or f'''\
 if is_hopper():
     for m, n, k in {shapes_gpu!r}:
         check(m, n, k)
@@ -334,6 +338,27 @@ def build() -> dict[str, dict]:
             sass_note=SASS_08, key_opcodes=["UTMASTG", "STSM", "UTMALDG", "USETMAXREG", "STG", "QGMMA"],
             sass_opcodes=["UTMASTG", "STSM"], opcodes_note=OPCODES_08, figures=FIGURES_08,
             shapes_gpu=SHAPES_GPU_08, extra=ABLATION_08),
+        "09_tma_multicast": generated_notebook(
+            9, intro=INTRO_09, config_note=CONFIG_09, emitter_note=EMITTER_09,
+            emitters=["gemm.kernel.scheduler.TileScheduler.pair_flags", "gemm.kernel.producer.Ring.load",
+                      "gemm.kernel.generator._Kernel.release", "gemm.kernel.producer.WarpgroupProducer.emit"],
+            ptx_note=PTX_09, keywords=["%cluster_ctarank", "barrier.cluster", ".multicast::cluster", "mapa",
+                                       "mbarrier.arrive.shared::cluster", ".reqnctapercluster"],
+            ptx_extra=PTX_EXTRA_09, sass_note=SASS_09,
+            key_opcodes=["UTMALDG", "UCGABAR_ARV", "UCGABAR_WAIT", "SYNCS", "QGMMA", "FFMA"],
+            sass_opcodes=["UTMALDG", "SYNCS", "UCGABAR_ARV", "UCGABAR_WAIT"], opcodes_note=OPCODES_09,
+            opcode_families=["UCGABAR_ARV", "UCGABAR_WAIT", "MEMBAR", "ERRBAR", "CGAERRBAR", "CCTL"],
+            figures=FIGURES_09, extra=MEASURED_09, shapes_gpu=SHAPES_GPU_09, check_note=CHECK_NOTE_09,
+            emulator=[markdown(EMULATOR_NOTE_09), emulator_cell_09()]),
+        "10_ffma_interleave": generated_notebook(
+            10, intro=INTRO_10, config_note=CONFIG_10, emitter_note=EMITTER_10,
+            emitters=["ptx.passes.interleave_ffma", "ptx.passes._select_deepgemm"],
+            ptx_note=PTX_10, keywords=["mul.f32 %scale", "fma.rn.f32"], ptx_extra=PTX_EXTRA_10,
+            sass_note=SASS_10, key_opcodes=["FFMA", "QGMMA", "UTMALDG", "UCGABAR_ARV"], sass_opcodes=["FFMA"],
+            opcodes_note=OPCODES_10, figures=FIGURES_10, extra=MEASURED_10, shapes_gpu=SHAPES_GPU_10,
+            check_note=CHECK_NOTE_10, check_code=CHECK_CODE_10, emulator=NUMERICS_10,
+            cubin_code="stage.cubin(*SHAPE)",
+            assembler="stage 09's PTX through standalone ptxas, then ptx.passes.interleave_ffma"),
     }
     return {name: notebook(name, cells) for name, cells in books.items()}
 
@@ -603,7 +628,17 @@ def emitter_cells(note: str, targets: list[str]) -> list[dict]:
     return [markdown(note), code(f"import inspect\n\n{imports}\n\n{shows}")]
 
 
-def opcode_table_cells(number: int, note: str) -> list[dict]:
+def opcode_table_cells(number: int, note: str, families=()) -> list[dict]:
+    more = "" if not families else f'''
+
+# families outside the key list, counted on the same cubins
+from lessons.diff_stages import stage_cubin
+from ptx.sass import disassemble, opcode_counts
+
+counted = [opcode_counts(disassemble(stage_cubin(s, *SHAPE))) for s in ({number - 1}, {number})]
+for opcode in {list(families)!r}:
+    before, after = (c.get(opcode, 0) for c in counted)
+    print(f"{{opcode:12s}}{{before:10d}}{{after:10d}}" + ("  <-" if before != after else ""))'''
     return [
         markdown(note),
         code(f'''\
@@ -611,7 +646,7 @@ from lessons.diff_stages import opcode_table
 
 print(f"{{'SASS family':12s}}{{'stage {number - 1:02d}':>10s}}{{'stage {number:02d}':>10s}}")
 for opcode, before, after in opcode_table({number - 1}, {number}, *SHAPE):
-    print(f"{{opcode:12s}}{{before:10d}}{{after:10d}}" + ("  <-" if before != after else ""))'''),
+    print(f"{{opcode:12s}}{{before:10d}}{{after:10d}}" + ("  <-" if before != after else ""))''' + more),
     ]
 
 
@@ -976,16 +1011,577 @@ SHAPES_GPU_07 = [(128, 256, 512), (100, 2112, 512), (300, 1000, 1024), (100, 211
 SHAPES_GPU_08 = SHAPES_GPU_07 + [(1000, 4096, 512)]
 
 
+# ------------------------------------------------------------------------------------------ stages 09-10
+
+SWEEP_HELPER = '''\
+import json
+from pathlib import Path
+from statistics import median
+
+NOISE = 0.01  # this notebook's threshold for "faster" or "slower"; a choice, not a measured noise figure
+
+
+def show_sweep(name, command, ratios=None):
+    """A tools/sweep_configs.py result: TFLOP/s per shape and config, then each ratio (config, baseline) per shape
+    and over all shapes (min / median / max). ``ratios`` defaults to every config against the first."""
+    path = Path(ROOT, "results", name)
+    if not path.exists():
+        print(f"No results/{name} yet. On a Hopper GPU this writes it:\\n    {command}")
+        return None
+    result = json.loads(path.read_text())
+    names = result["configs"]
+    ratios = [(a, b) for a, b in (ratios or [(c, names[0]) for c in names[1:]]) if a in names and b in names]
+    print(f"results/{name}: {result['device'].get('name', '?')}, {result['date'][:10]}; {result.get('timing', '')}")
+    for i, config in enumerate(names):
+        print(f"  c{i} = {config}")
+    label = {config: f"c{i}" for i, config in enumerate(names)}
+    tflops = {((row["m"], row["n"], row["k"]), row["name"]): row["tflops"] for row in result["rows"]
+              if row.get("status") == "ok" and row.get("tflops")}
+    shapes = list(dict.fromkeys((row["m"], row["n"], row["k"]) for row in result["rows"]))
+    print(f"\\n{'M':>6}{'N':>7}{'K':>7}" + "".join(f"{label[c] + ' TFLOP/s':>13}" for c in names)
+          + "".join(f"{label[a] + '/' + label[b]:>10}" for a, b in ratios))
+    per_ratio = {pair: [] for pair in ratios}
+    for shape in shapes:
+        line = f"{shape[0]:6d}{shape[1]:7d}{shape[2]:7d}"
+        line += "".join(f"{tflops[shape, c]:13.1f}" if (shape, c) in tflops else f"{'-':>13}" for c in names)
+        for a, b in ratios:
+            if (shape, a) in tflops and (shape, b) in tflops:
+                per_ratio[a, b].append((tflops[shape, a] / tflops[shape, b], shape))
+                line += f"{per_ratio[a, b][-1][0]:9.3f}x"
+            else:
+                line += f"{'-':>10}"
+        print(line)
+    print()
+    for (a, b), values in per_ratio.items():
+        if not values:
+            continue
+        ratio = [v for v, _ in values]
+        (low, low_shape), (high, high_shape), middle = min(values), max(values), median(ratio)
+        verdict = ("no gain: the median is within the threshold" if abs(middle - 1) <= NOISE
+                   else "a gain" if middle > 1 else "a loss")
+        print(f"{label[a]}/{label[b]} over {len(values)} shapes: min {low:.3f}x {low_shape}, median {middle:.3f}x, "
+              f"max {high:.3f}x {high_shape}")
+        print(f"    faster by more than {NOISE:.0%} on {sum(r > 1 + NOISE for r in ratio)}, slower by more than "
+              f"{NOISE:.0%} on {sum(r < 1 - NOISE for r in ratio)}: {verdict}")
+    return per_ratio'''
+
+MULTICAST_COMMAND = ('python tools/sweep_configs.py "4096,4096,7168;4096,7168,16384;4096,2112,7168" production '
+                     '"production:multicast=2" stage08 stage09 --json results/multicast.json')
+FFMA_COMMAND = ('python tools/sweep_configs.py bench production "production:post_passes=(\'ffma_deepgemm\',)" '
+                '"production:post_passes=(\'ffma_every_other\',)" --json results/ffma_pass.json')
+
+INTRO_09 = """\
+# 09 · TMA multicast across 2-CTA clusters
+
+**The one idea:** two SMs that need the same bytes should fetch them once. In stage 08's grouped order,
+consecutive tiles are neighbours along N, so tiles 2i and 2i + 1 usually read the same rows of A. Launch the
+persistent grid in *clusters* of two CTAs (`.reqnctapercluster 2, 1, 1`): CTAs 2c and 2c + 1 run on two SMs of
+one GPC and, since the grid is even, walk tiles 2i and 2i + 1 side by side. Then the pair needs A (and A's
+scales) once. Four things make that safe:
+
+* **issue**: rank 0's producer loads A with `cp.async.bulk.tensor ... .multicast::cluster` and CTA mask 0b11: the
+  box lands at the same shared-memory offset in both CTAs and completes its bytes on the *full* barrier at the
+  same offset in each. Rank 1 issues only B; its full barrier still expects A's bytes, which come from rank 0.
+* **release**: rank 0's next multicast overwrites the stage in *both* CTAs, so a stage may be refilled only when
+  both CTAs' math warps are done with it. Every *empty* barrier counts the math warps of both CTAs, and each
+  warp releases twice: lane 0 on CTA 0's barrier, lane 1 on CTA 1's, the address translated into the peer's
+  shared memory by `mapa` and signalled with `mbarrier.arrive.shared::cluster`.
+* **agreement**: both CTAs compute, from the pair's first tile, whether the peer has a tile at this step and
+  whether the two tiles share their rows. A pair split by a row or group edge, or an odd last tile, loads A
+  without multicast, and a CTA without a peer sends both releases to itself. Both sides compute the same flags,
+  so nobody waits for bytes that are never sent.
+* **start and end**: a cluster barrier after the barriers are initialised (the peer must not arrive on a barrier
+  that does not exist yet) and, before exit, each producer drains its ring (waits for the last `stages`
+  releases) and the cluster meets again, so no remote arrive or multicast lands in a CTA that has exited.
+
+**What changed vs 08:** `multicast=2` wherever stage 08 is persistent (a one-CTA-per-tile grid has no walk to
+pair). Per K block a tile reads BLOCK_M rows of A and BLOCK_N rows of B from L2; a pair sharing rows now reads
+A once for both. Stage 08's profile (`results/ncu_08_4096x4096x7168.txt`, summarised in docs/ladder.md) is
+where to look for how busy L2 was before.
+
+What to look for: the cluster header and `%cluster_ctarank`; the two cluster barriers; the predicated loads
+(`@%p_own_a` plain, `@%p_lead_a` multicast); `mapa` + the cluster-scope arrive in the release; in SASS
+`UTMALDG.2D.MULTICAST`, `SYNCS.ARRIVE.TRANS64.RED` (the remote arrive) and `UCGABAR_ARV` / `UCGABAR_WAIT`
+(the cluster barrier).
+"""
+
+CONFIG_09 = """\
+## The config and its one change
+
+Stage 08's config plus `multicast=2`. Blocks, ring depth and the shared-memory plan are 08's: the barriers only
+count more arrivals. `gemm.kernel.config.KernelConfig` refuses multicast without a producer warpgroup and a
+persistent walk, since the pairing *is* the walk.
+"""
+
+EMITTER_09 = """\
+## The emitters that implement it
+
+Four places, one per rule above. `TileScheduler.pair_flags` is the agreement (both roles of both CTAs run it
+on the same tile numbers); `Ring.load` is the issue (own A, or multicast by the leader, then B);
+`_Kernel.release` is a math warp's release (local, or lanes 0 and 1 to CTA 0 and CTA 1); and the end of
+`WarpgroupProducer.emit` is the drain. The cluster barriers themselves are in `_Kernel.setup` and
+`_Kernel.warp_specialized_body`.
+"""
+
+PTX_09 = """\
+## The generated PTX
+
+The key instructions, then the four places in order: the start (barrier init fenced at cluster scope, the rank,
+the first cluster barrier), the producer's pair flags and one K block's loads, a math warp's release, and the
+end (the drain, one wait per stage, then the cluster barrier).
+"""
+
+PTX_EXTRA_09 = SPAN_HELPER + '''
+
+
+print("\\nstart: barriers initialised, then both CTAs meet before anyone arrives remotely")
+show_span(ptx_text, "fence.mbarrier_init", "barrier.cluster.wait")
+print("\\nthe producer's pair flags for a tile (the math warpgroups run the same rule) ...")
+show_span(ptx_text, "setp.lt.u32 %p_peer", "mov.b16 %cta_mask", nth=-1)
+print("    ... and one K block: own A (or rank 0 multicasts it), then B")
+show_span(ptx_text, "mbarrier.arrive.expect_tx", "[%tmap_b")
+print("\\na math warp's release: lane l targets CTA l when there is a peer, else its own CTA ...")
+show_span(ptx_text, "selp.u32 %release_rank", "selp.u32 %release_rank")
+print("    ... mapa translates the empty barrier's address into that CTA's shared memory")
+show_span(ptx_text, "bar.warp.sync", "mbarrier.arrive.shared::cluster")
+print("\\nend: the producer drains its ring (the first of its waits) ...")
+show_span(ptx_text, "$drain_empty", "bra $drain_empty")
+print("    ... and the cluster meets again before exit")
+show_span(ptx_text, "$end", "ret;", nth=-1)'''
+
+SASS_09 = """\
+## Resources and SASS
+
+`UTMALDG.2D.MULTICAST` is the multicast load (its last operand is the CTA mask); the plain `UTMALDG.2D` loads of
+A stay for pairs that do not share rows. `SYNCS.ARRIVE.TRANS64.RED.A1T0` is the release through `mapa`: an
+arrive on a barrier addressed in the cluster's shared window, possibly the peer's. `UCGABAR_ARV` /
+`UCGABAR_WAIT` are `barrier.cluster.arrive` / `.wait` (CGA, "cooperative grid array", is the hardware's name for
+a cluster), each arrive after the fences its `.release` asks for and each wait followed by the cache invalidation
+its `.acquire` asks for. More `SYNCS.PHASECHK` polls: the drain.
+"""
+
+OPCODES_09 = """\
+## What changed in the SASS (`lessons diff 8 9`)
+
+UTMALDG rises (the multicast copies of A and its scales beside the plain ones), SYNCS rises (the remote release
+and the drain's waits); the math (QGMMA, FFMA, F2FP) is untouched. The second table counts families the key
+list does not include: the cluster barrier and the fences around it, absent from stage 08.
+"""
+
+SHAPES_GPU_09 = SHAPES_GPU_08 + [(1100, 2112, 512), (300, 4000, 512)]  # split pairs and a CTA without a peer
+
+CHECK_NOTE_09 = """\
+## Is it right?
+
+On a Hopper GPU: fresh random operands, NaN-poisoned output, `diff` against the float64 reference (a correct
+kernel lands near 1e-6; the pass mark is 1e-3), on stage 08's shapes plus two whose walks contain every case
+of the agreement: at 1100 × 2112 × 512 and 300 × 4000 × 512 some pairs straddle a row edge (each CTA loads its
+own A) and the tile count is odd (the last CTA has no peer and releases to itself). A disagreement between the
+two CTAs would not show as a wrong number but as a hang. Without a GPU this cell only says so.
+"""
+
+FIGURES_09 = [
+    markdown("""\
+## Which tiles share A, drawn from the scheduler
+
+`schedule(cta, grid, m_blocks, n_blocks, raster_group)` is each CTA's walk; in a cluster, CTAs 2c and 2c + 1
+walk theirs side by side, so at step j they hold tiles t and t + 1. Below, each tile is colored by its cluster
+(lighter: rank 1) and labeled rank·step. Boxed pairs share their m block: A is multicast. A dashed link is a pair
+whose tiles sit in different rows (each CTA loads its own A); a dotted box is a CTA whose peer has no tile at
+that step. Left: 6 × 10 tiles on 8 CTAs (4 clusters), G = 4, where every pair shares rows. Right: 5 × 9 tiles,
+same grid and G: the last group is one n-block wide, so its pairs are vertical, and the tile count is odd."""),
+    code('''\
+from itertools import zip_longest
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
+
+from gemm.heuristics import device_facts
+from gemm.kernel.launch import grid as launch_grid
+from gemm.kernel.scheduler import schedule
+
+
+def cluster_steps(grid, m_blocks, n_blocks, group):
+    """[(cluster, step, rank 0's tile, rank 1's tile or None, A multicast)]: pair_flags' rule, in Python."""
+    steps = []
+    for cluster in range(grid // 2):
+        walks = [schedule(2 * cluster + rank, grid, m_blocks, n_blocks, group) for rank in (0, 1)]
+        for step, (first, second) in enumerate(zip_longest(*walks)):
+            steps.append((cluster, step, first, second, second is not None and first[0] == second[0]))
+    return steps
+
+
+def census(steps):
+    shared = sum(s[4] for s in steps)
+    lone = sum(s[3] is None for s in steps)
+    return shared, len(steps) - shared - lone, lone
+
+
+fig, axes = plt.subplots(1, 2, figsize=(15, 4.6), gridspec_kw={"width_ratios": [10, 9]})
+colors = plt.get_cmap("tab10")
+for ax, (m_blocks, n_blocks) in zip(axes, [(6, 10), (5, 9)]):
+    grid, group = 8, 4
+    steps = cluster_steps(grid, m_blocks, n_blocks, group)
+    image = np.ones((m_blocks, n_blocks, 3))
+    for cluster, step, first, second, shared in steps:
+        for rank, tile in enumerate((first, second)):
+            if tile is None:
+                continue
+            color = np.array(colors(cluster)[:3])
+            image[tile] = color if rank == 0 else 0.55 * color + 0.45  # rank 1: the same hue, lighter
+        if shared:
+            left = min(first[1], second[1])
+            ax.add_patch(Rectangle((left - 0.45, first[0] - 0.45), 1.9, 0.9, fill=False, lw=2.2, ec="black"))
+        elif second is not None:
+            ax.plot([first[1] + 0.3, second[1] + 0.3], [first[0], second[0]], "k--", lw=1.6)  # beside the labels
+        else:
+            ax.add_patch(Rectangle((first[1] - 0.45, first[0] - 0.45), 0.9, 0.9, fill=False, lw=2, ls=":",
+                                   ec="black"))
+    ax.imshow(image)
+    for cluster, step, first, second, _ in steps:
+        for rank, tile in enumerate((first, second)):
+            if tile is not None:
+                ax.text(tile[1], tile[0] + 0.25, f"{rank}·{step}", ha="center", va="center", fontsize=7)
+    shared, split, lone = census(steps)
+    ax.set_title(f"{m_blocks} x {n_blocks} tiles, {grid} CTAs = {grid // 2} clusters, G = {group}:\\n"
+                 f"{shared} pairs multicast A, {split} split across rows, lone CTA steps: {lone}",
+                 fontsize=10)
+    ax.set_xlabel("n block")
+    ax.set_ylabel("m block")
+plt.tight_layout()
+plt.show()
+
+# The same census for this stage's config on the ladder's shape: how many A loads the pairs save.
+m_blocks, n_blocks = -(-SHAPE[0] // config.block_m), -(-SHAPE[1] // config.block_n)
+ctas = launch_grid(config, SHAPE[0], SHAPE[1], device_facts().sm_count)
+shared, split, lone = census(cluster_steps(ctas, m_blocks, n_blocks, config.raster_group))
+tiles = m_blocks * n_blocks
+rows_before = tiles * (config.block_m + config.block_n)  # rows of A and B fed from L2 per K block, all tiles
+rows_after = rows_before - shared * config.block_m
+print(f"the ladder's shape: {tiles} tiles on {ctas} CTAs ({ctas // 2} clusters, G = {config.raster_group}): "
+      f"{shared} pairs share A, {split} split, lone CTA steps: {lone}")
+print(f"rows read from L2 per K block, summed over the tiles: {rows_before} -> {rows_after} "
+      f"({rows_after / rows_before:.2f}x; A alone: {(tiles - shared) / tiles:.2f}x)")'''),
+]
+
+MEASURED_09 = [
+    markdown("""\
+## Measured: gain or no gain, the honest result
+
+`tools/sweep_configs.py` checks and times named configs with the one kernel timer: the production config with
+and without `multicast=2`, and stages 08 and 09 (128 × 128 tiles) on three large shapes. The cell prints the
+result when `results/multicast.json` exists, and otherwise the command that writes it."""),
+    code(SWEEP_HELPER + f'''
+
+
+show_sweep("multicast.json", {MULTICAST_COMMAND!r},
+           ratios=[("production:multicast=2", "production"), ("stage09", "stage08")])
+
+from gemm.heuristics import choose_config
+print(f"\\nthe production heuristics' config at {{SHAPE}}: {{choose_config(*SHAPE).describe()}}")'''),
+    markdown("""\
+## Reading the result
+
+Multicast trades L2 traffic for coupling. What it saves is printed under the figure above: the rows of A the
+pairs no longer read. What it costs is not in any count: each stage is refilled only after the slower of two CTAs
+released it, rank 1's A arrives when rank 0's producer gets to it, and the cluster barriers at start and end.
+If L2 was not what limited stage 08, the saving buys nothing and the coupling remains, so a ratio below 1 is a
+possible honest outcome; the profile of stage 08 (`results/ncu_08_4096x4096x7168.txt`) is the evidence to read
+next to it. The production heuristics' choice is printed above (`A multicast` appears in it only when it is on);
+docs/benchmarks.md keeps the table, regenerated from the same file."""),
+]
+
+EMULATOR_NOTE_09 = """\
+## On the CPU emulator (`ptx.emulate`)
+
+A cluster kernel needs more of the emulator than stage 08 did: two CTAs that run together, a multicast that
+writes both CTAs' shared memory and completes bytes on both barriers, `mapa` addresses into the peer's shared
+memory, remote arrives, and `barrier.cluster`. Here 4 CTAs (2 clusters) run 130 × 192 × 640 with the stage's
+config for that shape; the cell prints its census, which with 64 × 64 tiles (3 × 3) has pairs that share rows,
+a pair split across rows and a last tile without a peer. Cluster support in the emulator is recent: if this checkout's emulator cannot run the kernel,
+the cell prints why instead of failing.
+"""
+
+
+def emulator_cell_09() -> dict:
+    return code('''\
+# ---- CPU emulator with 2-CTA clusters: the generated PTX itself, checked without a GPU -------------------
+from gemm.emulated import run_gemm
+
+m, n, k = 130, 192, 640  # 9 tiles on 4 CTAs: shared rows, a split pair and a lone last tile
+a, sa, b, sb = random_problem(m, n, k)
+config = stage.config(m, n, k)
+ctas = launch_grid(config, m, n, 4)
+shared, split, lone = census(cluster_steps(ctas, -(-m // config.block_m), -(-n // config.block_n), config.raster_group))
+print(f"{config.describe()}\\n{ctas} CTAs: {shared} pairs share A, {split} split, lone CTA steps: {lone}")
+try:
+    out = run_gemm(config, a, sa, b, sb, sm_count=4)
+except Exception as error:  # the emulator's cluster support may lag the generator: report, do not fail
+    message = str(error)
+    print(f"the emulator cannot run this kernel yet: {type(error).__name__}: "
+          f"{message if len(message) < 400 else message[:400] + ' ...'}")
+else:
+    diff = calc_diff(out, reference_gemm(a, sa, b, sb))
+    print(f"emulated M={m} N={n} K={k}: every element written: {bool(np.isfinite(out).all())}, diff = {diff:.1e}")
+    assert np.isfinite(out).all() and diff < 1e-3, "the emulated kernel disagrees with the float64 reference"''')
+
+
+INTRO_10 = """\
+# 10 · FFMA interleave: a pass over the machine code
+
+**The one idea:** some of what makes a kernel fast exists only in SASS. Every 128-bit Hopper instruction carries
+control bits next to its opcode: stall counts, dependency barriers, a *yield* hint (the warp scheduler may switch
+to another warp after this instruction) and operand *reuse* flags (keep a source register in the operand cache
+for the next instruction). PTX cannot set them; ptxas does. DeepGEMM found that letting every other promotion
+FFMA yield, and dropping the reuse flag of its scale register (a warp that yields cannot count on the cache),
+lets one math warpgroup's FFMAs interleave with the other's wgmmas, and patched its cubins after compilation.
+Stage 10 is that patch as a cubin → cubin pass, `ptx.passes.interleave_ffma`:
+
+* find the runs of ≥ 8 consecutive FFMAs in the listing (`ffma_runs`, on nvdisasm's output with encodings);
+* choose FFMAs by a rule: `deepgemm` (in the first 9/16 of a run, an FFMA whose Rb keeps reuse is flipped when
+  its Rb is new in the run, or when the previous FFMA kept reuse on the same Rb) or `every_other`;
+* clear two bits of each chosen FFMA's high word, `FLIP_MASK`: bit 45, the *inverted* yield flag (0 = yield,
+  `is_yield`), and bit 59, the reuse flag of the second source Rb (`reuse_b`);
+* write the cubin back and disassemble it again: same instructions, same text but `.reuse`, no other byte moved.
+
+**What changed vs 09:** `post_passes=("ffma_deepgemm",)`. The PTX is stage 09's, line for line; only the cubin
+differs.
+
+What to look for: how many FFMAs yield *before* the pass. The ptxas this repository uses already emits the
+alternating yield / no-reuse pattern for CTAs of more than 8 warps (the 384-thread kernels) and none for 8 warps
+or fewer, so the rule finds little to flip on the ladder's kernel and more on a one-math-warpgroup kernel. Then
+the measured table: whether the flips are worth anything on this GPU.
+"""
+
+CONFIG_10 = """\
+## The config and its one change
+
+Stage 09's config plus a post-pass. `gemm.kernel.launch.cubin` assembles the PTX and then applies each name in
+`post_passes` (here DeepGEMM's rule); `stage.cubin(m, n, k)` is that cubin, and it is what `stage.gemm` loads.
+"""
+
+EMITTER_10 = """\
+## The "emitter": a pass over the cubin
+
+Nothing in the generator changed. The pass, `interleave_ffma`: disassemble once, find the runs, choose the
+FFMAs, patch their encodings, then `verify_patch` disassembles the new image and compares it with the old one
+instruction by instruction and byte by byte. The rule, `_select_deepgemm`, is a dozen lines.
+"""
+
+PTX_10 = """\
+## The generated PTX
+
+Stage 09's text: the promotion is a scale product (`mul.f32`) and one `fma.rn.f32` per accumulator, which
+ptxas turns into the FFMAs the pass edits. The diff against stage 09 is empty: the pass works below PTX.
+"""
+
+PTX_EXTRA_10 = '''
+
+from lessons.diff_stages import ptx_diff
+
+print("\\nPTX diff against stage 09 (instructions, register numbers ignored):", ptx_diff(9, 10, *SHAPE) or "none")'''
+
+SASS_10 = """\
+## Resources and SASS
+
+The cubin that runs: stage 09's PTX assembled by ptxas, then the pass (`stage.cubin`). Registers and opcode
+counts are stage 09's, necessarily: the pass changes no instruction, only two bits of some. nvdisasm prints the
+reuse flag (`.reuse` on an operand) but not the yield bit; `is_yield` reads it from the encoding.
+"""
+
+OPCODES_10 = """\
+## What changed in the SASS (`lessons diff 9 10`)
+
+Every family's count is stage 09's. The one row that can move is the last, "FFMA yield": the FFMAs whose
+yield bit is on.
+"""
+
+FIGURES_10 = [
+    markdown("""\
+## The bits, before and after
+
+Stage 09's cubin (what ptxas wrote) and stage 10's (the same after the pass), disassembled with encodings.
+First the runs the pass looks at and the first 12 FFMAs of the run it changed, with the yield bit (Y) and the Rb
+reuse bit (R) side by side; then the counts on the ladder's shape (two math warpgroups, 384 threads) and on a
+decode shape (M = 64: one math warpgroup, 256 threads)."""),
+    code('''\
+from lessons.diff_stages import stage_cubin
+from ptx.passes import FLIP_MASK, count_yielding_ffma, ffma_runs, is_yield, reuse_b
+
+before = disassemble(stage_cubin(9, *SHAPE))  # stage 09: what ptxas wrote
+after = instructions  # stage 10: the same cubin after the pass (the SASS cell above)
+runs = list(zip(ffma_runs(before), ffma_runs(after)))
+changed = [i for i, (old, new) in enumerate(runs) if any(x.encoding != y.encoding for x, y in zip(old, new))]
+shown = changed[0] if changed else 0
+print(f"{len(runs)} runs of >= 8 consecutive FFMAs, of lengths {[len(old) for old, _ in runs]}; "
+      f"the pass changed run(s) {changed}")
+print(f"\\nrun {shown}, first 12 FFMAs (Y = yields, R = Rb kept in the reuse cache; . = bit off)")
+print(f"{'offset':>8}  {'instruction (stage 09)':40s} 09: Y R   10: Y R")
+bit = lambda on: "1" if on else "."
+for old, new in list(zip(*runs[shown]))[:12]:
+    flipped = old.encoding ^ new.encoding
+    note = f"  <- high-word bits {flipped >> 64:#018x} (FLIP_MASK)" if flipped else ""
+    print(f"{old.offset:8x}  {old.text:40s}     {bit(is_yield(old.encoding))} {bit(reuse_b(old.encoding))}"
+          f"       {bit(is_yield(new.encoding))} {bit(reuse_b(new.encoding))}{note}")
+    assert not flipped or flipped >> 64 == FLIP_MASK
+
+DECODE = (64, 7168, 16384)  # one math warpgroup: at most 8 warps per CTA
+listings = {SHAPE: (before, after), DECODE: (disassemble(stage_cubin(9, *DECODE)), disassemble(stage.cubin(*DECODE)))}
+print()
+for (m, n, k), (old, new) in listings.items():
+    threads = stage.config(m, n, k).threads
+    (yield_before, total), (yield_after, _) = count_yielding_ffma(old), count_yielding_ffma(new)
+    print(f"M={m:5d} N={n:5d} K={k:5d}, {threads} threads ({threads // 32} warps): "
+          f"{yield_before} of {total} FFMAs yield before the pass, {yield_after} after")'''),
+    markdown("""\
+## Yield and reuse along the kernel's FFMAs
+
+Every FFMA of each kernel in listing order, one column each: the yield bit and the Rb-reuse bit, before (09) and
+after (10) the pass. Red boxes: the FFMAs the pass flipped. The bars underneath are the runs the rule walks (the
+first 9/16 of each is where DeepGEMM's rule may flip). On the ladder's kernel ptxas already alternates: a
+yielding FFMA never keeps reuse."""),
+    code('''\
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
+
+fig, axes = plt.subplots(len(listings), 1, figsize=(14, 2.3 * len(listings)), squeeze=False)
+ON = {"yield": np.array([0.17, 0.63, 0.17]), "reuse": np.array([1.0, 0.5, 0.05])}
+for ax, ((m, n, k), (old, new)) in zip(axes[:, 0], listings.items()):
+    ffma_old = [i for i in old if i.opcode == "FFMA"]
+    ffma_new = [i for i in new if i.opcode == "FFMA"]
+    column = {(i.function, i.offset): c for c, i in enumerate(ffma_old)}
+    rows = [("yield, 09", "yield", ffma_old, is_yield), ("yield, 10", "yield", ffma_new, is_yield),
+            ("Rb reuse, 09", "reuse", ffma_old, reuse_b), ("Rb reuse, 10", "reuse", ffma_new, reuse_b)]
+    image = np.full((len(rows), len(ffma_old), 3), 0.93)
+    for r, (_, kind, listing, bit_of) in enumerate(rows):
+        for c, ins in enumerate(listing):
+            if bit_of(ins.encoding):
+                image[r, c] = ON[kind]
+    ax.imshow(image, aspect="auto", extent=(-0.5, len(ffma_old) - 0.5, len(rows) - 0.5, -0.5))
+    ax.vlines(np.arange(len(ffma_old) - 1) + 0.5, -0.5, len(rows) - 0.5, color="white", lw=0.8)  # one cell each
+    ax.hlines(np.arange(len(rows) - 1) + 0.5, -0.5, len(ffma_old) - 0.5, color="white", lw=0.8)
+    for c, (x, y) in enumerate(zip(ffma_old, ffma_new)):
+        if x.encoding != y.encoding:
+            ax.add_patch(Rectangle((c - 0.5, -0.5), 1, len(rows), fill=False, lw=2, ec="red"))
+    for run in ffma_runs(old):
+        first, last = column[run[0].function, run[0].offset], column[run[-1].function, run[-1].offset]
+        ax.plot([first - 0.4, last + 0.4], [len(rows) - 0.3] * 2, color="black", lw=3, clip_on=False)
+        ax.plot([first - 0.4, first - 0.4 + len(run) * 9 // 16], [len(rows) - 0.15] * 2, color="0.5", lw=2,
+                clip_on=False)
+    ax.set_yticks(range(len(rows)), [label for label, *_ in rows])
+    ax.set_xticks(range(0, len(ffma_old), 8))
+    threads = stage.config(m, n, k).threads
+    ax.set_title(f"M={m} N={n} K={k}, {threads} threads: {len(ffma_old)} FFMAs in listing order "
+                 f"(green: yields, orange: keeps Rb; red box: flipped)", fontsize=10)
+axes[-1, 0].set_xlabel("FFMA index in the kernel (black bar: a run; grey: its first 9/16)")
+plt.tight_layout()
+plt.show()'''),
+]
+
+MEASURED_10 = [
+    markdown("""\
+## Measured: gain or no gain, the honest result
+
+`results/ffma_pass.json`: every benchmark shape (the 18 DeepSeek shapes and 8192³) with the production config
+as it is (c0), with DeepGEMM's rule applied to its cubin (c1) and with every other promotion FFMA yielding (c2),
+each checked against the float64 reference and timed with the one kernel timer. Per shape, TFLOP/s and the
+ratios to c0; then over all shapes the smallest, median and largest ratio."""),
+    code(SWEEP_HELPER + f'''
+
+
+show_sweep("ffma_pass.json", {FFMA_COMMAND!r})
+
+from gemm.heuristics import choose_config
+print(f"\\npasses the production heuristics apply now: {{choose_config(*SHAPE).post_passes or 'none'}}")'''),
+    markdown("""\
+## Reading the result
+
+Read the median first, then the extremes: each ratio comes from one timing per config and shape, so a single
+shape mixes the pass's effect with run-to-run variation, and an outlier is a reason to time that shape again
+(`python tools/sweep_configs.py M,N,K ...`), not a conclusion. The counts earlier say what to expect. On the
+two-math-warpgroup kernels (the large-M rows) ptxas already lets half the promotion FFMAs yield, the pattern
+DeepGEMM had to patch in; its rule then changes one or two FFMAs, and a ratio near 1 is the expected result.
+`every_other` changes more than ptxas chose (more yields, fewer reused operands), so its rows show what
+*adding* yields to ptxas's pattern does. On one-math-warpgroup kernels ptxas emits no yields and the rule sets
+some, but there is no second math warpgroup whose wgmmas the FFMAs could interleave with.
+
+So the stage stays in the ladder for what it teaches: SASS has state that PTX cannot express, a pass over the
+cubin can set it, and re-disassembly proves it touched nothing else. Whether it pays is a measurement per
+toolchain and GPU, which is why production applies it only on request (`FP8LADDER_FFMA_INTERLEAVE`), and the
+table in docs/benchmarks.md is regenerated from the same file."""),
+]
+
+NUMERICS_10 = [
+    markdown("""\
+## Numerics: unchanged by construction
+
+The CPU emulator runs PTX, and stage 10's PTX is stage 09's: emulating it is emulating stage 09 (notebook 09).
+What differs is machine code, and only in scheduling hints: yield says when the scheduler may switch warps,
+reuse whether an operand comes from the operand cache or the register file. Neither changes which instruction
+runs on which values, so every rounding is the same and D is bit-identical. The pass checks this itself
+(`verify_patch`); the cell below repeats it on the two cubins, and on a Hopper GPU the next section compares
+stage 10's output with stage 09's bit for bit."""),
+    code('''\
+from lessons.diff_stages import ptx_diff
+
+assert not ptx_diff(9, 10, *SHAPE), "stage 10 must be stage 09's PTX"
+assert [(i.function, i.offset, i.opcode) for i in before] == [(i.function, i.offset, i.opcode) for i in after]
+moved = [(old, new) for old, new in zip(before, after) if old.encoding != new.encoding]
+for old, new in moved:
+    assert old.opcode == "FFMA" and (old.encoding ^ new.encoding) & ~(FLIP_MASK << 64) == 0, old.text
+image_before, image_after = stage_cubin(9, *SHAPE).image, cubin.image
+print("PTX: identical to stage 09")
+print(f"SASS: {len(after)} instructions, same opcodes and operands; {len(moved)} changed, all FFMAs, only in "
+      f"the yield and Rb-reuse bits")
+print(f"cubin: {len(image_after)} bytes (stage 09: {len(image_before)}), "
+      f"{sum(x != y for x, y in zip(image_before, image_after))} of them differ")'''),
+]
+
+SHAPES_GPU_10 = SHAPES_GPU_09
+
+CHECK_NOTE_10 = """\
+## Is it right?
+
+On a Hopper GPU: stage 09's checks (fresh operands, NaN-poisoned output, `diff` against the float64 reference on
+ragged shapes), and for each shape the same inputs through stage 09 and stage 10, whose outputs must be equal
+bit for bit: the pass changes scheduling, not arithmetic. Without a GPU this cell only says so.
+"""
+
+CHECK_CODE_10 = f'''\
+if is_hopper():
+    for m, n, k in {SHAPES_GPU_10!r}:
+        check(m, n, k)
+        inputs = to_device(*random_problem(m, n, k))
+        outputs = []
+        for module in (lessons.stage(9), stage):
+            d = cuda.to_device(np.full((m, n), BF16_NAN, np.uint16))
+            module.gemm(*inputs, d)
+            cuda.synchronize()
+            outputs.append(d.copy_to_host())
+        print(f"    stage 10 bit-identical to stage 09: {{np.array_equal(*outputs)}}")
+        assert np.array_equal(*outputs), "the pass changed the numbers"
+else:
+    print("Running this kernel needs a Hopper GPU (sm_90a); above, it was assembled, passed and disassembled on "
+          "the CPU.")'''
+
+
 def generated_notebook(number: int, *, intro, config_note, emitter_note, emitters, ptx_note, keywords,
                        ptx_extra, sass_note, key_opcodes, sass_opcodes, opcodes_note, figures, shapes_gpu,
-                       extra=()) -> list[dict]:
+                       extra=(), check_note=None, emulator=None, opcode_families=(),
+                       cubin_code="compile_ptx(ptx_text)", check_code=None,
+                       assembler="setmaxnreg inside: standalone ptxas, whole-program (ptx/compile.py says why)"
+                       ) -> list[dict]:
+    """``emulator``: the cells that replace the standard emulator run; ``opcode_families``: SASS families the key
+    opcode table does not list but this stage's change brings in."""
     return ptx_notebook(
-        number, intro, ptx_note, keywords, sass_note, key_opcodes, sass_opcodes, CHECK_NOTE_GENERATED, shapes_gpu,
+        number, intro, ptx_note, keywords, sass_note, key_opcodes, sass_opcodes, check_note or CHECK_NOTE_GENERATED,
+        shapes_gpu,
         before=[*config_cells(number, config_note), *emitter_cells(emitter_note, emitters)],
-        extra=[*opcode_table_cells(number, opcodes_note), *figures, *extra, markdown(EMULATOR_NOTE), emulator_cell()],
+        extra=[*opcode_table_cells(number, opcodes_note, opcode_families), *figures, *extra,
+               *(emulator if emulator is not None else [markdown(EMULATOR_NOTE), emulator_cell()])],
         ptx_extra=ptx_extra,
         ptx_comment="The config is generated for (N, K); M is a kernel parameter. This is the ladder's shape.",
-        assembler="setmaxnreg inside: standalone ptxas, whole-program (ptx/compile.py says why)")
+        assembler=assembler, cubin_code=cubin_code, check_code=check_code)
 
 
 CHECK_NOTE_GENERATED = """\
