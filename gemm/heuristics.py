@@ -17,6 +17,7 @@ H100 SXM stand in, so CPU tests and ``python -m lessons inspect`` see the config
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -43,8 +44,32 @@ class DeviceFacts:
 H100 = DeviceFacts(132, SHARED_LIMIT)
 
 
-@functools.lru_cache(maxsize=None)
+_SM_LIMIT: int | None = None  # set_num_sms: use at most this many SMs (DeepGEMM's set_num_sms)
+
+
+def set_num_sms(count: int) -> None:
+    """Use at most ``count`` SMs from now on (e.g. to leave SMs to a concurrent communication kernel), as
+    DeepGEMM's ``set_num_sms``. The heuristics and the persistent grids follow it; 0 or None restores all."""
+    global _SM_LIMIT
+    available = _device_facts(0).sm_count
+    if count and not 1 <= int(count) <= available:
+        raise ValueError(f"set_num_sms: count must be in 1..{available} (the device's SMs), got {count}")
+    _SM_LIMIT = int(count) if count else None
+
+
+def get_num_sms() -> int:
+    """The SM count the heuristics and grids use (the device's, or what set_num_sms chose)."""
+    return device_facts().sm_count
+
+
 def device_facts(device_id: int = 0) -> DeviceFacts:
+    """The device's facts, with the SM count limited by :func:`set_num_sms`."""
+    facts = _device_facts(device_id)
+    return dataclasses.replace(facts, sm_count=_SM_LIMIT) if _SM_LIMIT else facts
+
+
+@functools.lru_cache(maxsize=None)
+def _device_facts(device_id: int = 0) -> DeviceFacts:
     from ptx.device import has_gpu
     if not has_gpu():
         return H100
@@ -104,12 +129,14 @@ def raster_group(block_m: int, block_n: int, sms: int) -> int:
     return min(RASTER_GROUPS, key=lambda g: (g * block_n + ceil_div(sms, g) * block_m, -g))
 
 
-@functools.lru_cache(maxsize=4096)
 def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None) -> KernelConfig:
-    """The production config for (M, N, K) on ``device`` (default: device 0, or an H100 without a GPU).
+    """The production config for (M, N, K) on ``device`` (default: device 0 as set_num_sms limits it, or an H100
+    without a GPU). ``FP8LADDER_PRINT_CONFIGS=1`` prints each choice once."""
+    return _choose_config(m, n, k, device or device_facts(), post_passes())
 
-    ``FP8LADDER_PRINT_CONFIGS=1`` prints each choice once."""
-    device = device or device_facts()
+
+@functools.lru_cache(maxsize=4096)
+def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[str, ...]) -> KernelConfig:
     epilogue = "tma" if n % 8 == 0 else "staged"
 
     def fits(block_m: int, block_n: int) -> bool:  # at least 3 stages in this device's shared memory
@@ -123,10 +150,11 @@ def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None) -> 
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
                           epilogue=epilogue)
     stages = max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit)
-    config = config.replace(stages=stages, post_passes=post_passes())
+    config = config.replace(stages=stages, post_passes=passes)
     if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
         print(f"fp8_gemm_nt M={m} N={n} K={k}: {config.describe()}")
     return config
 
 
-__all__ = ["choose_config", "choose_blocks", "raster_group", "device_facts", "DeviceFacts", "H100"]
+__all__ = ["choose_config", "choose_blocks", "raster_group", "device_facts", "DeviceFacts", "H100", "set_num_sms",
+           "get_num_sms"]

@@ -8,7 +8,7 @@ import pytest
 from gemm.bench import BENCH_SHAPES
 from gemm.fp8 import ceil_div
 from gemm.heuristics import (BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES, H100, TILE_OVERHEAD, DeviceFacts,
-                             choose_blocks, choose_config, wave_cost)
+                             _choose_config, choose_blocks, choose_config, wave_cost)
 from gemm.kernel import SharedPlan
 
 
@@ -52,19 +52,34 @@ def test_the_device_is_read_not_assumed():
 def test_the_choice_is_printable_and_keys_the_kernel_cache(monkeypatch, capsys):
     import gemm.kernel.launch as launch
     monkeypatch.setenv("FP8LADDER_PRINT_CONFIGS", "1")
-    choose_config.cache_clear()
+    _choose_config.cache_clear()
     config = choose_config(4096, 4096, 4096, H100)
     assert config.describe() in capsys.readouterr().out
-    choose_config.cache_clear()
+    _choose_config.cache_clear()
     # the kernel cache is keyed by (config, N, K): a config that differs in any field is another kernel
     assert launch.kernel.cache_info is not None and hash(config) != hash(config.replace(stages=config.stages - 1))
 
 
 def test_ffma_pass_is_off_unless_asked(monkeypatch):
-    choose_config.cache_clear()
+    _choose_config.cache_clear()
     monkeypatch.delenv("FP8LADDER_FFMA_INTERLEAVE", raising=False)
     assert choose_config(4096, 4096, 7168, H100).post_passes == ()
-    choose_config.cache_clear()
+    _choose_config.cache_clear()
     monkeypatch.setenv("FP8LADDER_FFMA_INTERLEAVE", "deepgemm")
     assert choose_config(4096, 4096, 7168, H100).post_passes == ("ffma_deepgemm",)
-    choose_config.cache_clear()
+    _choose_config.cache_clear()
+
+
+def test_set_num_sms_limits_the_heuristics_and_is_checked():
+    from gemm.heuristics import get_num_sms, set_num_sms
+    full = get_num_sms()
+    try:
+        set_num_sms(66)
+        assert get_num_sms() == 66
+        assert choose_blocks(64, 2112, get_num_sms()) == (64, 32)
+        assert choose_config(64, 2112, 7168).block_n == 32  # the cached choice follows the new SM count
+        with pytest.raises(ValueError, match="set_num_sms"):
+            set_num_sms(full + 1)
+    finally:
+        set_num_sms(0)
+    assert get_num_sms() == full and choose_config(64, 2112, 7168).block_n == 16

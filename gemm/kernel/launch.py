@@ -17,15 +17,33 @@ from gemm.kernel.generator import KERNEL, generate
 
 
 def cubin(config: KernelConfig, n: int, k: int):
-    """The assembled kernel of ``config`` for (N, K), after its cubin passes (no GPU needed)."""
+    """The assembled kernel of ``config`` for (N, K), after its cubin passes (no GPU needed).
+
+    ``FP8LADDER_DUMP_DIR``: write its PTX and SASS there (DeepGEMM's DG_JIT_DUMP_*); ``FP8LADDER_PTXAS_VERBOSE=1``:
+    print ptxas's report (registers, spills) when it is built (DG_JIT_PTXAS_VERBOSE)."""
     import dataclasses
+    import os
     from ptx.compile import compile_ptx
     from ptx.passes import interleave_ffma
-    image = compile_ptx(generate(config, n, k))
+    ptx = generate(config, n, k)
+    image = compile_ptx(ptx)
     for name in config.post_passes:
         patched, _ = interleave_ffma(image, KERNEL, rule=POST_PASSES[name])
         image = dataclasses.replace(image, image=patched, from_cache=False)  # a new Cubin: a new key (sha256)
+    if os.environ.get("FP8LADDER_PTXAS_VERBOSE") == "1":
+        print(f"{config.describe()} N={n} K={k}:\n{image.info_log.strip()}")
+    if os.environ.get("FP8LADDER_DUMP_DIR"):
+        _dump(os.environ["FP8LADDER_DUMP_DIR"], config, n, k, ptx, image)
     return image
+
+
+def _dump(folder: str, config: KernelConfig, n: int, k: int, ptx: str, image) -> None:
+    from pathlib import Path
+    from ptx.sass import disassemble
+    stem = f"fp8_gemm_n{n}_k{k}_{config.block_m}x{config.block_n}_{image.key[:12]}"
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / f"{stem}.ptx").write_text(ptx)
+    (Path(folder) / f"{stem}.sass").write_text("\n".join(f"/*{i.offset:04x}*/ {i.text}" for i in disassemble(image)))
 
 
 @functools.lru_cache(maxsize=None)

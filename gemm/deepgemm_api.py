@@ -1,0 +1,36 @@
+"""DeepGEMM's names for this library's functions, so that a DeepGEMM user changes one import.
+
+    import gemm as deep_gemm      # instead of: import deep_gemm
+    deep_gemm.gemm_fp8_fp8_bf16_nt((a, sa), (b, sb), out)
+
+docs/deepgemm.md maps every DeepGEMM name (functions and DG_* environment variables) to ours, and says which
+are not here yet.
+"""
+from __future__ import annotations
+
+from gemm.api import fp8_gemm_nt, get_mn_major_tma_aligned_tensor
+from gemm.heuristics import get_num_sms, set_num_sms
+
+TMA_ALIGNMENT_BYTES = 16  # TMA wants every row stride a multiple of 16 bytes
+
+
+def gemm_fp8_fp8_bf16_nt(lhs, rhs, out, *, stream=None) -> None:
+    """DeepGEMM's original name of :func:`gemm.fp8_gemm_nt`: out = (a*sa)(b*sb)^T in BF16."""
+    fp8_gemm_nt(lhs, rhs, out, stream=stream)
+
+
+def get_tma_aligned_size(x: int, element_size: int) -> int:
+    """``x`` elements of ``element_size`` bytes, rounded up so that they span a multiple of 16 bytes."""
+    if element_size <= 0 or TMA_ALIGNMENT_BYTES % element_size:
+        raise ValueError(f"get_tma_aligned_size: element_size must divide {TMA_ALIGNMENT_BYTES}, got {element_size}")
+    per = TMA_ALIGNMENT_BYTES // element_size
+    return -(-int(x) // per) * per
+
+
+def get_col_major_tma_aligned_tensor(sa):
+    """DeepGEMM's name of :func:`gemm.get_mn_major_tma_aligned_tensor` (sa stored M-major, M padded to 4)."""
+    return get_mn_major_tma_aligned_tensor(sa)
+
+
+__all__ = ["gemm_fp8_fp8_bf16_nt", "get_tma_aligned_size", "get_col_major_tma_aligned_tensor", "set_num_sms",
+           "get_num_sms"]
