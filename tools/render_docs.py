@@ -56,6 +56,13 @@ def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
     lines = [describe_device(result), "", format_table(COLUMNS, result["rows"], markdown=True)]
     if result.get("reference_note"):
         lines += ["", result["reference_note"]]
+    overhead = result.get("host_overhead")
+    if overhead:
+        lines += ["", f"Host time per call without a CUDA graph (M={overhead['m']} N={overhead['n']} K={overhead['k']}, "
+                      f"torch tensors, {overhead['calls']} calls back to back): ours "
+                      f"{overhead['ours_us_per_call']:.1f} µs, cuBLAS blockwise {overhead['cublas_us_per_call']:.1f} µs "
+                      f"(time to issue them: {overhead['ours_issue_us_per_call']:.1f} and "
+                      f"{overhead['cublas_issue_us_per_call']:.1f} µs)."]
     if png is not None and png.exists():
         lines += ["", f"![fp8_gemm_nt vs cuBLAS, TFLOP/s per shape]({_relative(png, doc_dir)})"]
     return "\n".join(lines)
