@@ -201,6 +201,7 @@ class Kernel:
         self._kernel_handle, self._owner = _load(cubin.image, name)
         self._function = None
         self._shared_limit = DEFAULT_SHARED_LIMIT
+        self._configs: dict = {}  # CUlaunchConfig by (grid, block, smem, cluster, stream): built once, reused
 
     def _function_handle(self):
         from cuda.bindings import driver
@@ -220,7 +221,14 @@ class Kernel:
 
     def launch(self, grid, block, args, *, shared_bytes: int = 0, cluster=None, stream=None) -> None:
         from cuda.bindings import driver
-        config = launch_config(grid, block, shared_bytes=shared_bytes, cluster=cluster, stream=stream)
+        key = (grid if isinstance(grid, int) else tuple(grid), block if isinstance(block, int) else tuple(block),
+               int(shared_bytes), None if cluster is None else tuple(cluster), stream_handle(stream))
+        config = self._configs.get(key)
+        if config is None:
+            if len(self._configs) > 256:  # a long-running process with ever new shapes or streams
+                self._configs.clear()
+            config = self._configs[key] = launch_config(grid, block, shared_bytes=shared_bytes, cluster=cluster,
+                                                        stream=stream)
         storage, pointers = pack_args(self.params, args)
         function = self._function_handle()
         self._allow_shared(function, int(shared_bytes))

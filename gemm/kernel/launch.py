@@ -87,14 +87,20 @@ def grid(config: KernelConfig, m: int, n: int, sm_count: int) -> int:
     return max(config.multicast, count - count % config.multicast) if count % config.multicast else count
 
 
+@functools.lru_cache(maxsize=4096)
+def _launch_shape(config: KernelConfig, m: int, n: int, k: int, sm_count: int) -> tuple:
+    """(grid, shared bytes, cluster) of one call: pure functions of the config and shape, so computed once."""
+    cluster = (config.multicast, 1, 1) if config.multicast > 1 else None
+    return grid(config, m, n, sm_count), SharedPlan(config, n, k).shared_bytes, cluster
+
+
 def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
     """Run ``config``'s kernel on validated arguments (gemm.validate.GemmArgs)."""
     m, n, k = args.m, args.n, args.k
-    plan = SharedPlan(config, n, k)
+    blocks, shared_bytes, cluster = _launch_shape(config, m, n, k, sm_count)
     maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
-    cluster = (config.multicast, 1, 1) if config.multicast > 1 else None
-    kernel(config, n, k).launch(grid(config, m, n, sm_count), config.threads, [*maps, args.sb.ptr, args.d.ptr, m],
-                                shared_bytes=plan.shared_bytes, cluster=cluster, stream=stream)
+    kernel(config, n, k).launch(blocks, config.threads, [*maps, args.sb.ptr, args.d.ptr, m],
+                                shared_bytes=shared_bytes, cluster=cluster, stream=stream)
 
 
 __all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "grid", "launch"]
