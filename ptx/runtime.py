@@ -116,6 +116,43 @@ def pack_args(params: list[tuple[str, int]] | None, args) -> tuple[list, ctypes.
     return storage, pointers
 
 
+class ArgumentPacker:
+    """pack_args for one kernel signature, with the ctypes storage built once per thread and refilled per call:
+    a launch then costs a few memmoves and integer stores instead of allocating every argument anew (the driver
+    copies the values during cuLaunchKernelEx, so reusing the buffers after it returns is safe)."""
+
+    def __init__(self, params: list[tuple[str, int]]):
+        self.params = params
+        self._local = threading.local()
+
+    def _buffers(self):
+        buffers = getattr(self._local, "buffers", None)
+        if buffers is None:
+            storage = [(ctypes.c_ubyte * (length or TENSOR_MAP_BYTES))() if length else _CTYPES[kind]()
+                       for kind, length in self.params]
+            pointers = (ctypes.c_void_p * max(len(storage), 1))(*[ctypes.addressof(x) for x in storage])
+            buffers = self._local.buffers = (storage, pointers)
+        return buffers
+
+    def pack(self, args) -> ctypes.Array:
+        if len(args) != len(self.params):
+            raise TypeError(f"the kernel takes {len(self.params)} arguments, got {len(args)}")
+        storage, pointers = self._buffers()
+        for slot, (kind, length), value in zip(storage, self.params, args):
+            if length:
+                data = value.data if isinstance(value, TensorMap) else bytes(value)
+                if len(data) != length:
+                    raise TypeError(f"a {length}-byte parameter got {len(data)} bytes")
+                ctypes.memmove(ctypes.addressof(slot), data, length)
+            elif kind.startswith("f"):
+                slot.value = float(value)
+            elif kind in ("u64", "b64", "s64") and not isinstance(value, (int, np.integer)):
+                slot.value = device_pointer(value)
+            else:
+                slot.value = int(value)
+        return pointers
+
+
 def _guess_type(value) -> str:
     """Without PTX, infer the parameter type from the Python value (numpy scalars keep their width)."""
     if isinstance(value, np.generic):
@@ -197,6 +234,8 @@ class Kernel:
         self.name = name
         self.cubin = cubin
         self.params = parse_params(cubin.ptx, name) if cubin.ptx else None
+        self._packer = ArgumentPacker(self.params) if self.params and all(
+            length or kind in _CTYPES for kind, length in self.params) else None
         ensure_context()
         self._kernel_handle, self._owner = _load(cubin.image, name)
         self._function = None
@@ -229,7 +268,11 @@ class Kernel:
                 self._configs.clear()
             config = self._configs[key] = launch_config(grid, block, shared_bytes=shared_bytes, cluster=cluster,
                                                         stream=stream)
-        storage, pointers = pack_args(self.params, args)
+        storage = None
+        if self._packer is not None:
+            pointers = self._packer.pack(list(args))
+        else:
+            storage, pointers = pack_args(self.params, args)
         function = self._function_handle()
         self._allow_shared(function, int(shared_bytes))
         _check(driver.cuLaunchKernelEx(config, function, ctypes.addressof(pointers), 0), f"launching {self.name}")
@@ -260,5 +303,6 @@ def synchronize(stream=None) -> None:
         _check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
-__all__ = ["load_kernel", "Kernel", "ensure_context", "synchronize", "parse_params", "pack_args", "launch_config",
+__all__ = ["load_kernel", "Kernel", "ensure_context", "synchronize", "parse_params", "pack_args", "ArgumentPacker",
+           "launch_config",
            "device_pointer", "stream_handle"]

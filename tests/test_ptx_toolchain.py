@@ -333,3 +333,25 @@ def _smoke_items():
 def test_runtime_on_gpu(name, item):
     detail = item()
     print(f"{name}: {detail}")
+
+
+def test_argument_packer_writes_what_pack_args_writes():
+    """The per-kernel packer (buffers reused between launches) lays out the same bytes as pack_args, call after
+    call with new values."""
+    import ctypes
+
+    from ptx.runtime import ArgumentPacker, pack_args
+    from ptx.tma import TensorMap
+    params = [("b8", 128), ("b8", 128), ("u64", 0), ("u32", 0), ("f32", 0)]
+    packer = ArgumentPacker(params)
+    for seed in range(3):
+        maps = [TensorMap(bytes((seed + i + j) % 256 for j in range(128)), np.dtype(np.uint8), (1, 1), (1, 1), 0)
+                for i in range(2)]
+        args = [*maps, 0x7000_0000_0000 + seed, 64 + seed, 0.5 + seed]
+        storage, reference = pack_args(params, args)
+        packed = packer.pack(args)
+        for i, (kind, length) in enumerate(params):
+            size = length or ctypes.sizeof(ctypes.c_uint64 if kind == "u64" else ctypes.c_uint32)
+            assert ctypes.string_at(packed[i], size) == ctypes.string_at(reference[i], size), (seed, i)
+    with pytest.raises(TypeError, match="takes 5 arguments"):
+        packer.pack(args[:-1])
