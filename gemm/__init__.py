@@ -8,11 +8,11 @@ The kernel generator lives in :mod:`gemm.kernel` (config, emitters, ``generate``
 accuracy measure in :mod:`gemm.testing`, the benchmark command in :mod:`gemm.bench`.
 """
 from . import _compat  # noqa: F401  (before anything imports numba)
-from .api import fp8_gemm_nt, get_mn_major_tma_aligned_tensor  # noqa: F401
+from .api import ScaleLayoutWarning, fp8_gemm_nt, get_mn_major_tma_aligned_tensor  # noqa: F401
 from .deepgemm_api import (  # noqa: F401  (DeepGEMM's names: docs/deepgemm.md)
     get_col_major_tma_aligned_tensor, get_num_sms, get_tma_aligned_size, gemm_fp8_fp8_bf16_nt, set_num_sms,
 )
 from .fp8 import (  # noqa: F401
-    BF16, E4M3, E4M3_MAX, GROUP, calc_diff, ceil_div, e4m3_decode, e4m3_encode, per_block_cast_to_fp8,
+    AMAX_FLOOR, BF16, E4M3, E4M3_MAX, GROUP, calc_diff, ceil_to_ue8m0, ceil_div, e4m3_decode, e4m3_encode, per_block_cast_to_fp8,
     per_token_cast_to_fp8, random_problem, reference_gemm, sa_to_mn_major,
 )

@@ -2,12 +2,18 @@
 
 The GEMM contract used by every stage and by :func:`gemm.fp8_gemm_nt`:
 
-* ``a``  (M, K) e4m3, row-major; ``sa`` (M, ceil(K/128)) float32: one scale per token per 128-wide K group.
+* ``a``  (M, K) e4m3, row-major; ``sa`` (M, ceil(K/128)) float32: one scale per token per 128-wide K group,
+  which the kernels read M-major, strides (1, align(M, 4)) (``per_token_cast_to_fp8(x, mn_major=True)`` writes
+  that layout, :func:`sa_to_mn_major` converts to it; ``fp8_gemm_nt`` also converts a row-major torch sa).
 * ``b``  (N, K) e4m3, row-major ("NT"); ``sb`` (ceil(N/128), ceil(K/128)) float32: one scale per 128x128 block.
 * ``d = (a * sa) @ (b * sb).T`` in BF16, shape (M, N).
 
 Scales are amax-based: each group is divided by ``amax / 448`` so its largest magnitude lands on the e4m3
-maximum. Host arrays use ``ml_dtypes.float8_e4m3fn`` (1 byte, bit-identical to torch.float8_e4m3fn).
+maximum (amax is floored at 1e-4, as DeepGEMM's casts do, so a group below the floor maps under 448, or onto
+it only through rounding).
+With ``ue8m0=True`` the scale is rounded up to a power of two (:func:`ceil_to_ue8m0`, DeepSeek's "UE8M0"
+scales): the largest magnitude then lands in [224, 448]. Host arrays use ``ml_dtypes.float8_e4m3fn`` (1 byte,
+bit-identical to torch.float8_e4m3fn).
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 E4M3_MAX = 448.0
 GROUP = 128  # DeepSeek-V3's quantization granularity along K (and along N for the weights)
-_AMAX_FLOOR = 1e-4  # keeps all-zero groups finite, as DeepGEMM's casts do
+AMAX_FLOOR = 1e-4  # keeps all-zero groups finite, as DeepGEMM's casts do: groups below it map under 448
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -66,45 +72,110 @@ def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
-def _torch_cast(x, group_rows: int):
+def ceil_to_ue8m0(x):
+    """The smallest power of two >= x, bit-exact, for positive finite float32 x (NumPy array or torch tensor).
+
+    Done on the float32 bits, so exact by construction whatever a platform's log2/exp2 round to: a normal number
+    whose mantissa bits are nonzero gets its exponent incremented and its mantissa cleared; an exact power of
+    two is returned as is; a subnormal goes to the next power of two of its mantissa (the smallest normal,
+    2**-126, when that carries out of the mantissa). Beyond positive finite inputs: the sign is dropped
+    (UE8M0 is unsigned, like DeepGEMM's ``2 ** ceil(log2(|x|))``), so -x gives the result of x; +-0 -> +0;
+    values above 2**127 and +-inf -> +inf; NaN -> NaN. Returns float32 of x's shape (torch: on x's device).
+    """
+    if _is_torch(x):
+        return _ceil_to_ue8m0_torch(x)
+    shape = np.shape(x)
+    # At least 1-D: NumPy warns about the (intended, masked-out) wrap of mantissa - 1 on 0-d scalars only.
+    bits = np.array(x, dtype=np.float32, ndmin=1).view(np.uint32) & np.uint32(0x7FFFFFFF)
+    exponent, mantissa = bits & np.uint32(0x7F800000), bits & np.uint32(0x007FFFFF)
+    normal = exponent + np.where(mantissa != 0, np.uint32(0x00800000), np.uint32(0))
+    # Subnormals (exponent field 0) are mantissa * 2**-149: the next power of two of the mantissa, by smearing
+    # its top bit down and adding one, is the answer's bit pattern too (1 << 23 is 2**-126, the smallest normal).
+    smeared = mantissa - np.uint32(1)
+    for shift in (1, 2, 4, 8, 16):
+        smeared |= smeared >> np.uint32(shift)
+    subnormal = np.where(mantissa == 0, np.uint32(0), smeared + np.uint32(1))
+    out = np.where(exponent == 0, subnormal, np.where(exponent == 0x7F800000, bits, normal))
+    return out.astype(np.uint32).view(np.float32).reshape(shape)
+
+
+def _ceil_to_ue8m0_torch(x):
+    """ceil_to_ue8m0 in torch, on x's device. int32 stands in for uint32 (torch's uint32 lacks bitwise ops on
+    some versions): with the sign bit cleared every value is non-negative, and the largest one formed,
+    0x7F800000 (+inf), fits."""
+    import torch
+    bits = x.to(torch.float32).contiguous().view(torch.int32) & 0x7FFFFFFF
+    exponent, mantissa = bits & 0x7F800000, bits & 0x007FFFFF
+    normal = exponent + (mantissa != 0).to(torch.int32) * 0x00800000
+    smeared = mantissa - 1
+    for shift in (1, 2, 4, 8, 16):
+        smeared = smeared | (smeared >> shift)
+    subnormal = torch.where(mantissa == 0, torch.zeros_like(mantissa), smeared + 1)
+    out = torch.where(exponent == 0, subnormal, torch.where(exponent == 0x7F800000, bits, normal))
+    return out.view(torch.float32)
+
+
+def _scale_of(amax, ue8m0: bool):
+    """amax (already floored) -> the float32 scale that maps it to 448, or with ue8m0 into [224, 448]."""
+    scale = amax / E4M3_MAX
+    return ceil_to_ue8m0(scale) if ue8m0 else scale
+
+
+def _mn_major_torch(scale):
+    """(M, Kb) torch scales -> the same values as a strided (M, Kb) view of (Kb, align(M, 4)) storage."""
+    import torch
+    m, kb = scale.shape
+    storage = torch.zeros((kb, align(m, 4)), dtype=torch.float32, device=scale.device)
+    storage[:, :m] = scale.t()
+    return storage[:, :m].t()
+
+
+def _torch_cast(x, group_rows: int, ue8m0: bool):
     """The same casts in torch, on x's device: groups of (group_rows x 128); returns (fp8 tensor, scales)."""
     import torch
     rows, k = x.shape
     padded = torch.zeros((align(rows, group_rows), align(k, GROUP)), dtype=torch.float32, device=x.device)
     padded[:rows, :k] = x.float()
     blocks = padded.view(padded.shape[0] // group_rows, group_rows, -1, GROUP)
-    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=_AMAX_FLOOR) / E4M3_MAX
+    scale = _scale_of(blocks.abs().amax(dim=(1, 3)).clamp(min=AMAX_FLOOR), ue8m0)
     q = (blocks / scale[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     q = q.view(padded.shape)[:rows, :k].contiguous()
     return q, (scale if group_rows > 1 else scale.view(rows, -1))
 
 
-def per_token_cast_to_fp8(x) -> tuple[np.ndarray, np.ndarray]:
+def per_token_cast_to_fp8(x, *, mn_major: bool = False, ue8m0: bool = False):
     """(M, K) float -> ((M, K) e4m3, (M, ceil(K/128)) float32 scales), one scale per 1x128 group.
 
     NumPy in, NumPy out; a torch tensor is cast with torch on its own device (as DeepGEMM's helper does).
+    ``mn_major=True``: the scales come back already in the kernel's layout, a strided (M, Kb) view with strides
+    (1, align(M, 4)) of (Kb, align(M, 4)) storage (as :func:`sa_to_mn_major` makes), so that
+    :func:`gemm.fp8_gemm_nt` takes them without converting. ``ue8m0=True``: power-of-two scales
+    (:func:`ceil_to_ue8m0` of amax / 448).
     """
     if _is_torch(x):
         if x.dim() != 2:
             raise ValueError(f"per_token_cast_to_fp8: x must be 2-D (M, K), got shape {tuple(x.shape)}")
-        return _torch_cast(x, 1)
+        q, scale = _torch_cast(x, 1, ue8m0)
+        return q, (_mn_major_torch(scale) if mn_major else scale)
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"per_token_cast_to_fp8: x must be 2-D (M, K), got shape {x.shape}")
     m, k = x.shape
     groups = _pad_to(x, 1, GROUP).reshape(m, -1, GROUP)
-    amax = np.maximum(np.abs(groups).max(axis=2), _AMAX_FLOOR)
-    scale = (amax / E4M3_MAX).astype(np.float32)
+    amax = np.maximum(np.abs(groups).max(axis=2), AMAX_FLOOR)
+    scale = _scale_of(amax.astype(np.float32), ue8m0)
     q = e4m3_encode(groups / scale[:, :, None]).reshape(m, -1)[:, :k]
-    return np.ascontiguousarray(q), scale
+    return np.ascontiguousarray(q), (sa_to_mn_major(scale) if mn_major else scale)
 
 
-def per_block_cast_to_fp8(x) -> tuple[np.ndarray, np.ndarray]:
-    """(N, K) float -> ((N, K) e4m3, (ceil(N/128), ceil(K/128)) float32 scales), one per 128x128 block."""
+def per_block_cast_to_fp8(x, *, ue8m0: bool = False):
+    """(N, K) float -> ((N, K) e4m3, (ceil(N/128), ceil(K/128)) float32 scales), one per 128x128 block.
+
+    ``ue8m0=True``: power-of-two scales (:func:`ceil_to_ue8m0` of amax / 448)."""
     if _is_torch(x):
         if x.dim() != 2:
             raise ValueError(f"per_block_cast_to_fp8: x must be 2-D (N, K), got shape {tuple(x.shape)}")
-        return _torch_cast(x, GROUP)
+        return _torch_cast(x, GROUP, ue8m0)
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"per_block_cast_to_fp8: x must be 2-D (N, K), got shape {x.shape}")
@@ -112,8 +183,8 @@ def per_block_cast_to_fp8(x) -> tuple[np.ndarray, np.ndarray]:
     padded = _pad_to(_pad_to(x, 0, GROUP), 1, GROUP)
     nb, kb = padded.shape[0] // GROUP, padded.shape[1] // GROUP
     blocks = padded.reshape(nb, GROUP, kb, GROUP)
-    amax = np.maximum(np.abs(blocks).max(axis=(1, 3)), _AMAX_FLOOR)
-    scale = (amax / E4M3_MAX).astype(np.float32)
+    amax = np.maximum(np.abs(blocks).max(axis=(1, 3)), AMAX_FLOOR)
+    scale = _scale_of(amax.astype(np.float32), ue8m0)
     q = e4m3_encode(blocks / scale[:, None, :, None]).reshape(nb * GROUP, kb * GROUP)[:n, :k]
     return np.ascontiguousarray(q), scale
 
@@ -186,7 +257,7 @@ def gemm_bytes(m: int, n: int, k: int) -> int:
 
 
 __all__ = [
-    "E4M3", "BF16", "E4M3_MAX", "GROUP", "ceil_div", "align", "e4m3_encode", "e4m3_decode", "bf16_to_float",
-    "per_token_cast_to_fp8", "per_block_cast_to_fp8", "dequantize_per_token", "dequantize_per_block",
-    "reference_gemm", "calc_diff", "sa_to_mn_major", "random_problem", "flops", "gemm_bytes",
+    "E4M3", "BF16", "E4M3_MAX", "GROUP", "AMAX_FLOOR", "ceil_div", "align", "e4m3_encode", "e4m3_decode",
+    "bf16_to_float", "ceil_to_ue8m0", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "dequantize_per_token",
+    "dequantize_per_block", "reference_gemm", "calc_diff", "sa_to_mn_major", "random_problem", "flops", "gemm_bytes",
 ]

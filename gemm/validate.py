@@ -2,7 +2,12 @@
 
 A GPU kernel handed the wrong layout does not fail: it reads the wrong bytes, or faults with an illegal
 address that kills the process. So everything a kernel assumes is checked here, before any launch, and
-each error names the argument and says what was expected.
+each error names the argument, says what was expected and which helper makes it.
+
+The checks run in a fixed order, each stage over every argument before the next stage starts: array-ness,
+then device (host memory, one device for all), then dtype, then rank and shape, then layout (strides), then
+base-pointer alignment. So the first error names the most basic thing wrong: an argument left on the host is
+reported as such, not as a layout problem of some other argument.
 """
 from __future__ import annotations
 
@@ -17,6 +22,17 @@ FP8_DTYPES = (E4M3, np.dtype(np.uint8))  # raw e4m3 bytes are accepted as uint8
 BF16_DTYPES = (BF16, np.dtype(np.uint16))  # raw bf16 bits are accepted as uint16
 F32 = np.dtype(np.float32)
 POINTER_ALIGNMENT = 16  # TMA and 16-byte vector loads need 16-byte aligned bases
+NAMES = ("a", "sa", "b", "sb", "d")
+
+SA_HELPERS = ("convert with gemm.get_mn_major_tma_aligned_tensor(sa), or cast with "
+              "gemm.per_token_cast_to_fp8(x, mn_major=True), which writes this layout directly")
+_MEANING = {  # what each argument is, and the helper that makes it
+    "a": ("(M, K) activations, e4m3 FP8", "gemm.per_token_cast_to_fp8(x)"),
+    "sa": ("(M, ceil(K/128)) float32 scales: one per token per 128-wide K group", "gemm.per_token_cast_to_fp8(x)"),
+    "b": ("(N, K) weights, e4m3 FP8, stored row-major as (N, K): the NT layout", "gemm.per_block_cast_to_fp8(w)"),
+    "sb": ("(ceil(N/128), ceil(K/128)) float32 scales: one per 128x128 block", "gemm.per_block_cast_to_fp8(w)"),
+    "d": ("(M, N) BF16 output", 'torch.empty((M, N), dtype=torch.bfloat16, device="cuda")'),
+}
 
 
 @dataclass(frozen=True)
@@ -29,11 +45,31 @@ class GemmArgs:
     b: DeviceView
     sb: DeviceView
     d: DeviceView
+    # "row_major" only when the caller asked check_gemm_args to accept it: that caller must convert sa to
+    # "m_major" (the only layout a kernel reads) before launching.
+    sa_layout: str = "m_major"
 
     @property
     def sa_stride(self) -> int:
         """Elements between consecutive K groups of sa (the padded M)."""
+        if self.sa_layout != "m_major":
+            raise ValueError("sa is row-major: convert it to the M-major layout before launching")
         return self.sa.strides[1] if self.sa.shape[1] > 1 else align(self.m, 4)
+
+
+def sa_layout(view: DeviceView, m: int, kb: int) -> str | None:
+    """How an (M, Kb) float32 scale view is stored: "m_major" (the kernels' layout: M-major, the K-group stride
+    a multiple of 4 floats and at least M; what ``get_mn_major_tma_aligned_tensor`` and
+    ``per_token_cast_to_fp8(x, mn_major=True)`` make), "row_major" (contiguous (M, Kb), what
+    ``per_token_cast_to_fp8(x)`` returns), or None (anything else). A layout that is both (Kb == 1 and M-major
+    strides, say) is "m_major": the kernel reads it as is.
+    """
+    s_m, s_k = view.strides
+    if (s_m == 1 or m == 1) and (kb == 1 or (s_k >= m and s_k % 4 == 0)):
+        return "m_major"
+    if view.is_row_major():
+        return "row_major"
+    return None
 
 
 def _view(name: str, obj) -> DeviceView:
@@ -43,35 +79,68 @@ def _view(name: str, obj) -> DeviceView:
         raise TypeError(f"{name}: {exc}") from None
 
 
+def _what(view: DeviceView) -> str:
+    obj = view.obj
+    kind = f"{type(obj).__module__.split('.')[0]}.{type(obj).__name__}"
+    device = getattr(obj, "device", None)
+    return f"{kind} on {device}" if device is not None else kind
+
+
+def _check_devices(views: dict[str, DeviceView]) -> None:
+    # Numba's simulator arrays report device 0 (ptx.arrays), so these checks hold there too: no mode skips them.
+    for name, view in views.items():
+        if not view.on_device:
+            raise ValueError(
+                f"{name} is in host memory ({_what(view)}); every argument must be on one CUDA device: move "
+                f"it there first (torch: {name}.cuda(); Numba: numba.cuda.to_device({name}); CuPy: "
+                f"cupy.asarray({name}))")
+    devices = {name: view.device_id for name, view in views.items()}
+    if len(set(devices.values())) > 1:
+        where = ", ".join(f"{name} on cuda:{device}" for name, device in devices.items())
+        raise ValueError(f"all arguments must be on one CUDA device, got {where}")
+
+
 def _check_dtype(name: str, view: DeviceView, allowed, meaning: str) -> None:
     if view.dtype not in allowed:
         names = " or ".join(str(d) for d in allowed)
-        raise TypeError(f"{name} must be {meaning} ({names}), got dtype {view.dtype}")
+        raise TypeError(f"{name} must be {meaning} ({names}), got dtype {view.dtype}; "
+                        f"{_MEANING[name][1]} makes it")
 
 
-def _check_shape(name: str, view: DeviceView, expected: tuple[int, int], meaning: str) -> None:
+def _check_shape(name: str, view: DeviceView, expected: tuple[int, int]) -> None:
     if tuple(view.shape) != expected:
-        raise ValueError(f"{name} must have shape {expected} ({meaning}), got {tuple(view.shape)}")
+        meaning, helper = _MEANING[name]
+        raise ValueError(f"{name} must have shape {expected} ({meaning}), got {tuple(view.shape)}; "
+                         f"{helper} makes it")
 
 
 def _check_row_major(name: str, view: DeviceView) -> None:
     if not view.is_row_major():
-        raise ValueError(f"{name} must be contiguous row-major, got strides {view.strides} for shape {view.shape}")
+        expected = (view.shape[1], 1)
+        raise ValueError(f"{name} must be contiguous row-major (strides {expected} for shape {tuple(view.shape)}), "
+                         f"got strides {tuple(view.strides)}; make it with {name}.contiguous() (torch) or "
+                         f"ascontiguousarray (NumPy, CuPy)")
 
 
-def check_gemm_args(a, sa, b, sb, d, *, k_multiple: int = GROUP) -> GemmArgs:
-    """Validate D = (a*sa)(b*sb)^T arguments; returns their views and M, N, K. See gemm.fp8 for the contract."""
-    views = {name: _view(name, obj) for name, obj in (("a", a), ("sa", sa), ("b", b), ("sb", sb), ("d", d))}
-    for name, view in views.items():
-        if len(view.shape) != 2:
-            raise ValueError(f"{name} must be 2-D, got shape {tuple(view.shape)}")
-    va, vsa, vb, vsb, vd = (views[n] for n in ("a", "sa", "b", "sb", "d"))
+def check_gemm_args(a, sa, b, sb, d, *, k_multiple: int = GROUP, accept_row_major_sa: bool = False) -> GemmArgs:
+    """Validate D = (a*sa)(b*sb)^T arguments; returns their views and M, N, K. See gemm.fp8 for the contract.
+
+    ``accept_row_major_sa``: let a contiguous row-major sa through (``GemmArgs.sa_layout == "row_major"``) for a
+    caller that converts it to the M-major layout before launching, as ``fp8_gemm_nt`` does for torch tensors.
+    """
+    views = {name: _view(name, obj) for name, obj in zip(NAMES, (a, sa, b, sb, d))}
+    _check_devices(views)
+    va, vsa, vb, vsb, vd = (views[name] for name in NAMES)
+
     _check_dtype("a", va, FP8_DTYPES, "e4m3 FP8")
     _check_dtype("b", vb, FP8_DTYPES, "e4m3 FP8")
     _check_dtype("sa", vsa, (F32,), "float32 scales")
     _check_dtype("sb", vsb, (F32,), "float32 scales")
     _check_dtype("d", vd, BF16_DTYPES, "BF16 output")
 
+    for name, view in views.items():
+        if len(view.shape) != 2:
+            raise ValueError(f"{name} must be 2-D, {_MEANING[name][0]}, got shape {tuple(view.shape)}")
     m, k = va.shape
     n, kb_ = vb.shape
     if kb_ != k:
@@ -82,26 +151,30 @@ def check_gemm_args(a, sa, b, sb, d, *, k_multiple: int = GROUP) -> GemmArgs:
     if k % k_multiple:
         raise ValueError(f"K={k} must be a multiple of {k_multiple} (one scale group is 128 wide along K)")
     kb = ceil_div(k, GROUP)
-    _check_shape("sa", vsa, (m, kb), "M, ceil(K/128): one scale per token per 128-wide K group")
-    _check_shape("sb", vsb, (ceil_div(n, GROUP), kb), "ceil(N/128), ceil(K/128): one scale per 128x128 block")
-    _check_shape("d", vd, (m, n), "M, N")
+    _check_shape("sa", vsa, (m, kb))
+    _check_shape("sb", vsb, (ceil_div(n, GROUP), kb))
+    _check_shape("d", vd, (m, n))
+
     for name in ("a", "b", "d", "sb"):
         _check_row_major(name, views[name])
-    if not (vsa.strides[0] == 1 or m == 1) or (kb > 1 and (vsa.strides[1] < m or vsa.strides[1] % 4)):
+    layout = sa_layout(vsa, m, kb)
+    if layout is None or (layout == "row_major" and not accept_row_major_sa):
+        note = ("; fp8_gemm_nt converts a row-major torch tensor itself, but not a Numba or CuPy array"
+                if layout == "row_major" else "")
         raise ValueError(
             f"sa must be stored M-major with the M stride padded to a multiple of 4 floats (DeepGEMM's "
-            f"column-major TMA-aligned layout), got strides {vsa.strides} for shape {tuple(vsa.shape)}; "
-            "convert with gemm.get_mn_major_tma_aligned_tensor(sa)")
+            f"column-major TMA-aligned layout: strides (1, {align(m, 4)}) for shape {(m, kb)}), got strides "
+            f"{tuple(vsa.strides)}; {SA_HELPERS}{note}")
 
-    # Numba's simulator arrays report device 0 (ptx.arrays), so these checks hold there too: no mode skips them.
-    devices = {name: view.device_id for name, view in views.items()}
-    for name, device in devices.items():
-        if device < 0:
-            raise ValueError(f"{name} is in host memory; every argument must be on the CUDA device")
-    if len(set(devices.values())) > 1:
-        raise ValueError(f"all arguments must be on one CUDA device, got {devices}")
     for name, view in views.items():
-        if view.ptr % POINTER_ALIGNMENT and name != "sb":
+        # sb is read with plain loads; a row-major sa is copied into fresh (aligned) storage before any launch.
+        if name == "sb" or (name == "sa" and layout == "row_major"):
+            continue
+        if view.ptr % POINTER_ALIGNMENT:
             raise ValueError(f"{name} must start at a {POINTER_ALIGNMENT}-byte aligned address "
                              f"(got 0x{view.ptr:x}); slice views that shift the start are not supported")
-    return GemmArgs(m, n, k, va, vsa, vb, vsb, vd)
+    return GemmArgs(m, n, k, va, vsa, vb, vsb, vd, layout)
+
+
+__all__ = ["GemmArgs", "check_gemm_args", "sa_layout", "SA_HELPERS", "FP8_DTYPES", "BF16_DTYPES", "F32",
+           "POINTER_ALIGNMENT"]

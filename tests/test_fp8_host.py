@@ -3,9 +3,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from gemm.fp8 import (BF16, E4M3, E4M3_MAX, GROUP, align, bf16_to_float, calc_diff, ceil_div, dequantize_per_block,
-                      dequantize_per_token, e4m3_decode, e4m3_encode, flops, gemm_bytes, per_block_cast_to_fp8,
-                      per_token_cast_to_fp8, random_problem, reference_gemm, sa_to_mn_major)
+from gemm.fp8 import (AMAX_FLOOR, BF16, E4M3, E4M3_MAX, GROUP, align, bf16_to_float, calc_diff, ceil_div,
+                      dequantize_per_block, dequantize_per_token, e4m3_decode, e4m3_encode, flops, gemm_bytes,
+                      per_block_cast_to_fp8, per_token_cast_to_fp8, random_problem, reference_gemm, sa_to_mn_major)
 
 # e4m3 keeps 3 mantissa bits: rounding to nearest moves a normal number by at most 2**-4 of its magnitude;
 # below the smallest normal (2**-6) the step is fixed at 2**-9, so the error is at most 2**-10 (in units
@@ -44,6 +44,20 @@ def _assert_round_trip(x, restored, scales_per_element):
     assert excess.max() <= 0, f"round-trip error exceeds the e4m3 bound by {excess.max():.3g}"
 
 
+def _assert_amax_scaling(x_amax, q_amax, scale):
+    """A group whose amax reaches the floor has scale amax/448 and its largest magnitude on 448; a group below
+    the floor (DeepGEMM's clamp, which keeps all-zero groups finite) is scaled by floor/448, so its largest
+    magnitude maps to e4m3(amax / scale) <= 448 (448 itself only within rounding of the floor). Small groups
+    (a lone element, a ragged K tail) land below the floor with some seeds: the property holds for both."""
+    floor = np.float32(AMAX_FLOOR)
+    above = x_amax >= floor
+    np.testing.assert_array_equal(scale[above], (x_amax / np.float32(E4M3_MAX))[above])
+    np.testing.assert_array_equal(scale[~above], floor / np.float32(E4M3_MAX))
+    np.testing.assert_array_equal(q_amax[above], E4M3_MAX)
+    # Rounding to nearest is monotone, so the largest code is the rounded largest value, in both regimes.
+    np.testing.assert_array_equal(q_amax, e4m3_decode(e4m3_encode(x_amax / scale)))
+
+
 @pytest.mark.parametrize("m, k", [(1, 128), (7, 200), (33, 384), (4, 1)])
 def test_per_token_cast_shapes_and_round_trip(m, k, rng):
     x = rng.standard_normal((m, k)).astype(np.float32) * np.exp2(rng.integers(-6, 7, (m, 1))).astype(np.float32)
@@ -53,9 +67,9 @@ def test_per_token_cast_shapes_and_round_trip(m, k, rng):
     restored = dequantize_per_token(q, scale)
     per_element = np.repeat(scale.astype(np.float64), GROUP, axis=1)[:, :k]
     _assert_round_trip(x, restored, per_element)
-    # amax scaling: the largest magnitude of every group lands on the e4m3 maximum
-    amax = np.abs(e4m3_decode(np.pad(q, ((0, 0), (0, align(k, GROUP) - k)))).reshape(m, -1, GROUP)).max(axis=2)
-    np.testing.assert_array_equal(amax, E4M3_MAX)
+    q_amax = np.abs(e4m3_decode(np.pad(q, ((0, 0), (0, align(k, GROUP) - k)))).reshape(m, -1, GROUP)).max(axis=2)
+    x_amax = np.abs(np.pad(x, ((0, 0), (0, align(k, GROUP) - k)))).reshape(m, -1, GROUP).max(axis=2)
+    _assert_amax_scaling(x_amax, q_amax, scale)
 
 
 @pytest.mark.parametrize("n, k", [(128, 128), (130, 200), (2112, 256), (5, 7)])
@@ -67,10 +81,29 @@ def test_per_block_cast_shapes_and_round_trip(n, k, rng):
     restored = dequantize_per_block(q, scale)
     per_element = np.repeat(np.repeat(scale.astype(np.float64), GROUP, 0), GROUP, 1)[:n, :k]
     _assert_round_trip(x, restored, per_element)
-    padded = np.zeros((align(n, GROUP), align(k, GROUP)), np.float32)
-    padded[:n, :k] = e4m3_decode(q)
-    amax = np.abs(padded.reshape(scale.shape[0], GROUP, scale.shape[1], GROUP)).max(axis=(1, 3))
-    np.testing.assert_array_equal(amax, E4M3_MAX)
+    def block_amax(values):
+        padded = np.zeros((align(n, GROUP), align(k, GROUP)), np.float32)
+        padded[:n, :k] = np.abs(values)
+        return padded.reshape(scale.shape[0], GROUP, scale.shape[1], GROUP).max(axis=(1, 3))
+    _assert_amax_scaling(block_amax(x), block_amax(e4m3_decode(q)), scale)
+
+
+@pytest.mark.parametrize("cast", [per_token_cast_to_fp8, per_block_cast_to_fp8])
+def test_groups_below_the_amax_floor_are_scaled_by_the_floor(cast):
+    """The regime the seeds above reach only by chance (seed 2253831287 put a lone 1.7e-5 in a group), always."""
+    x = np.zeros((4, 256), np.float32)
+    x[0, 0], x[1, 5], x[2, 200], x[3, 130] = 1.7438295e-05, -3e-5, 9.99e-5, 2.0  # three groups below the floor
+    q, scale = cast(x)
+    restored = dequantize_per_token(q, scale) if cast is per_token_cast_to_fp8 else dequantize_per_block(q, scale)
+    floored = np.float32(AMAX_FLOOR) / np.float32(E4M3_MAX)
+    if cast is per_token_cast_to_fp8:
+        assert scale[0, 0] == scale[1, 0] == scale[2, 1] == floored
+        np.testing.assert_array_equal(e4m3_decode(q)[[0, 1, 2, 3], [0, 5, 200, 130]], [80, -128, 448, 448])
+        per_element = np.repeat(scale.astype(np.float64), GROUP, axis=1)
+    else:
+        assert scale[0, 0] == floored and scale[0, 1] == np.float32(2.0) / np.float32(E4M3_MAX)
+        per_element = np.repeat(np.repeat(scale.astype(np.float64), GROUP, 0), GROUP, 1)[:4]
+    _assert_round_trip(x, restored, per_element)
 
 
 def test_zero_groups_stay_finite():
@@ -127,7 +160,8 @@ def test_random_problem_follows_the_contract(rng):
     assert a.shape == (m, k) and b.shape == (n, k) and a.dtype == b.dtype == E4M3
     assert sa.shape == (m, 3) and sa.strides == (4, 4 * 72) and sb.shape == (2, 3)
     assert e4m3_decode(a).any() and e4m3_decode(b).any()
-    assert len(np.unique(sa)) > 10 and len(np.unique(sb)) == sb.size  # magnitudes vary per group
+    # Magnitudes vary per group (a collision of two blocks' float32 amax is possible, so not sb.size distinct).
+    assert len(np.unique(sa)) > 10 and len(np.unique(sb)) > sb.size // 2
     a2, *_ = random_problem(m, n, k, rng)
     assert not np.array_equal(a.view(np.uint8), a2.view(np.uint8))  # fresh inputs each call
 
