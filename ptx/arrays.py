@@ -43,19 +43,24 @@ class DeviceView:
         return True
 
 
+_TORCH_DTYPES: dict = {}  # torch dtype -> NumPy dtype, built on first use (torch is optional)
+
+
 def _torch_dtype(t) -> np.dtype:
-    import torch
-    table = {
-        torch.float8_e4m3fn: E4M3, torch.bfloat16: BF16, torch.uint8: np.dtype(np.uint8),
-        torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
-        torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64), torch.float64: np.dtype(np.float64),
-    }
-    uint16 = getattr(torch, "uint16", None)
-    if uint16 is not None:
-        table[uint16] = np.dtype(np.uint16)
-    if t.dtype not in table:
+    if not _TORCH_DTYPES:
+        import torch
+        _TORCH_DTYPES.update({
+            torch.float8_e4m3fn: E4M3, torch.bfloat16: BF16, torch.uint8: np.dtype(np.uint8),
+            torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
+            torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64), torch.float64: np.dtype(np.float64),
+        })
+        uint16 = getattr(torch, "uint16", None)
+        if uint16 is not None:
+            _TORCH_DTYPES[uint16] = np.dtype(np.uint16)
+    dtype = _TORCH_DTYPES.get(t.dtype)
+    if dtype is None:
         raise TypeError(f"unsupported torch dtype {t.dtype}")
-    return table[t.dtype]
+    return dtype
 
 
 def _from_torch(t) -> DeviceView:
