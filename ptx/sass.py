@@ -135,30 +135,19 @@ def _sections(image: bytes) -> dict[str, tuple[int, int]]:
 
 def patch_instruction(cubin, function: str, offset: int, new_encoding: int) -> bytes:
     """A copy of the cubin image with the 16-byte instruction at ``offset`` of ``function`` replaced."""
-    image = bytearray(_image(cubin))
-    sections = _sections(bytes(image))
-    name = f".text.{function}"
-    if name not in sections:
-        raise KeyError(f"no section {name} in the cubin (functions: "
-                       f"{sorted(s[6:] for s in sections if s.startswith('.text.'))})")
-    start, size = sections[name]
-    if offset % 16 or not 0 <= offset <= size - 16:
-        raise ValueError(f"offset {offset:#x} is not an instruction of {function} (size {size:#x}, 16-byte steps)")
-    if not 0 <= new_encoding < 1 << 128:
-        raise ValueError("new_encoding must fit in 128 bits")
-    image[start + offset:start + offset + 16] = new_encoding.to_bytes(16, "little")
-    return bytes(image)
+    return patch_instructions(cubin, {(function, offset): new_encoding})
 
 
 def patch_instructions(cubin, patches: dict[tuple[str, int], int]) -> bytes:
-    """A copy of the cubin image with every ``{(function, offset): new_encoding}`` instruction replaced
-    (one copy of the image for the whole batch; same checks as :func:`patch_instruction`)."""
+    """A copy of the cubin image with every ``{(function, offset): new_encoding}`` instruction replaced (one copy
+    of the image for the whole batch). Offsets must name 16-byte instructions inside the function's .text."""
     image = bytearray(_image(cubin))
     sections = _sections(bytes(image))
     for (function, offset), new_encoding in patches.items():
         name = f".text.{function}"
         if name not in sections:
-            raise KeyError(f"no section {name} in the cubin")
+            raise KeyError(f"no section {name} in the cubin (functions: "
+                           f"{sorted(s[6:] for s in sections if s.startswith('.text.'))})")
         start, size = sections[name]
         if offset % 16 or not 0 <= offset <= size - 16:
             raise ValueError(f"offset {offset:#x} is not an instruction of {function} (size {size:#x}, 16-byte steps)")
