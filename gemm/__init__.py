@@ -16,3 +16,12 @@ from .fp8 import (  # noqa: F401
     AMAX_FLOOR, BF16, E4M3, E4M3_MAX, GROUP, calc_diff, ceil_to_ue8m0, ceil_div, e4m3_decode, e4m3_encode, per_block_cast_to_fp8,
     per_token_cast_to_fp8, random_problem, reference_gemm, sa_to_mn_major,
 )
+from .prebuild import prebuild  # noqa: F401  (python -m gemm prebuild)
+from ptx.driver import check_driver as _check_driver
+
+_check_driver()  # a driver too old for our PTX: say so now, not at the first kernel load (no driver: no-op)
+
+import sys as _sys
+
+if "torch" in _sys.modules:  # torch is in use: register torch.ops.fp8_ladder.fp8_gemm_nt now (gemm.torch_ops)
+    from . import torch_ops  # noqa: F401

@@ -27,10 +27,14 @@ import warnings
 import numpy as np
 
 from gemm.fp8 import _mn_major_torch, align, sa_to_mn_major
+from gemm import heuristics as _heuristics
 from gemm.heuristics import choose_config, device_facts
 from gemm.kernel import launch as _launch
-from gemm.validate import check_gemm_args
+from gemm.validate import BF16_DTYPES, F32, check_gemm_args
 from ptx.arrays import as_device_view
+
+
+OUT_DTYPES = BF16_DTYPES + (F32,)
 
 
 class ScaleLayoutWarning(UserWarning):
@@ -92,19 +96,47 @@ def _sa_to_m_major_torch(sa, stream=None):
     return view
 
 
-def _run(a, sa, b, sb, d, stream, config) -> None:
+def _copy_c_into_d(args, stream) -> None:
+    """D = C + A*B adds into d: d must hold C first (nothing to do when c is d, the in-place case)."""
+    if args.c.ptr == args.d.ptr:
+        return
+    if _is_torch(args.d.obj) and _is_torch(args.c.obj):
+        import torch
+        with torch.cuda.stream(_torch_stream_of(stream, args.d.obj.device)):
+            args.d.obj.copy_(args.c.obj)
+    else:
+        from ptx.runtime import copy_device_async
+        copy_device_async(args.d.ptr, args.c.ptr, args.m * args.n * 4, stream)
+
+
+def _run(a, sa, b, sb, d, stream, config, c=None, *, plan_key=None) -> None:
     # Only torch can convert a row-major sa on the device (with its allocator, on its stream); other arrays
     # must come M-major, and check_gemm_args says which helper makes that.
-    args = check_gemm_args(a, sa, b, sb, d, accept_row_major_sa=_is_torch(sa))
+    args = check_gemm_args(a, sa, b, sb, d, c, accept_row_major_sa=_is_torch(sa), out_dtypes=OUT_DTYPES)
     if args.sa_layout == "row_major":
         _warn_row_major_sa_once()
         converted = _sa_to_m_major_torch(args.sa.obj, stream)
         args = dataclasses.replace(args, sa=as_device_view(converted), sa_layout="m_major")
+        plan_key = None  # the converted copy lives at a new address each call: nothing to reuse
+    out_dtype = "f32" if args.d.dtype == F32 else "bf16"
     if callable(config):
         config = config(args.m, args.n, args.k)
-    config = config or choose_config(args.m, args.n, args.k)
+    config = config or choose_config(args.m, args.n, args.k, out_dtype=out_dtype, accumulate=args.c is not None)
+    if config.out_dtype != out_dtype or config.accumulate != (args.c is not None):
+        raise ValueError(f"config {config.describe()} writes a {config.out_dtype} D"
+                         f"{' += A*B' if config.accumulate else ''}, but d is {args.d.dtype} and c is "
+                         f"{'given' if args.c is not None else 'None'}")
+    if args.c is not None:
+        _copy_c_into_d(args, stream)
     # ``converted`` (when made) stays referenced by ``args`` until the launch is enqueued.
-    _launch.launch(config, args, sm_count=device_facts().sm_count, stream=stream)
+    if plan_key is None:
+        _launch.launch(config, args, sm_count=device_facts().sm_count, stream=stream)
+        return
+    prepared = _launch.prepare(config, args, sm_count=device_facts().sm_count)
+    if len(_PREPARED) >= MAX_PREPARED:
+        _PREPARED.clear()
+    _PREPARED[plan_key] = prepared
+    prepared(stream or 0)
 
 
 def gemm(a, sa, b, sb, d, stream=None, *, config=None) -> None:
@@ -114,20 +146,67 @@ def gemm(a, sa, b, sb, d, stream=None, *, config=None) -> None:
     _run(a, sa, b, sb, d, stream, config)
 
 
-def fp8_gemm_nt(lhs, rhs, out, *, stream=None) -> None:
-    """out = (a * sa) @ (b * sb).T in BF16, for lhs = (a, sa), rhs = (b, sb); see the module docstring.
+# -- the host hot path -------------------------------------------------------------------------------------
+# A serving loop calls fp8_gemm_nt with the same tensors (or same-shaped ones at recycled addresses) over and
+# over. Everything a call derives from its arguments (checks, config, tensor maps, packed kernel parameters) is a
+# function of the tensors' pointers, shapes, strides and dtypes, plus the SM limit; so the first call with a
+# given signature builds a ptx.runtime.PreparedLaunch and later ones only look it up and launch it on the current
+# stream (about 9 us in all on the H100: tools/host_profile.py). $FP8LADDER_FFMA_INTERLEAVE is read when a
+# signature is first seen (reading the environment costs a microsecond a call); clear_prepared() forgets them.
+MAX_PREPARED = 4096
+_PREPARED: dict = {}
+
+
+def _torch_signature(a, sa, b, sb, out) -> tuple:
+    # Pointers are unique across devices (unified addressing), so only out's device is asked for (its stream).
+    return (a.data_ptr(), a.shape, a.stride(), a.dtype, a.is_cuda, sa.data_ptr(), sa.shape, sa.stride(), sa.dtype,
+            sa.is_cuda, b.data_ptr(), b.shape, b.stride(), b.dtype, b.is_cuda, sb.data_ptr(), sb.shape, sb.stride(),
+            sb.dtype, sb.is_cuda, out.data_ptr(), out.shape, out.stride(), out.dtype, out.get_device(),
+            _heuristics._SM_LIMIT)
+
+
+def clear_prepared() -> None:
+    """Forget every prepared launch (e.g. after changing $FP8LADDER_FFMA_INTERLEAVE in a running process)."""
+    _PREPARED.clear()
+
+
+def _torch_op(a, sa, b, sb, out, c) -> None:
+    """Under torch.compile: the registered custom op (gemm.torch_ops), which a graph can hold."""
+    from gemm import torch_ops  # noqa: F401  (registers the op)
+    import torch
+    in_place = c is not None and c is out
+    torch.ops.fp8_ladder.fp8_gemm_nt(a, sa, b, sb, out, None if in_place else c, in_place)
+
+
+def fp8_gemm_nt(lhs, rhs, out, c=None, *, stream=None) -> None:
+    """out = c + (a * sa) @ (b * sb).T, for lhs = (a, sa), rhs = (b, sb); see the module docstring.
 
     a: (M, K) e4m3; sa: (M, K/128) float32, M-major (a row-major torch tensor is converted, with a one-time
-    ScaleLayoutWarning); b: (N, K) e4m3; sb: (N/128, K/128) float32; out: (M, N) bf16. ``stream``: a CUDA
-    stream handle (int) or stream object; by default torch's current stream when ``out`` is a torch tensor,
-    else the default stream. Asynchronous, like any kernel launch.
+    ScaleLayoutWarning); b: (N, K) e4m3; sb: (N/128, K/128) float32; out: (M, N) bf16 or float32. ``c``: an
+    optional (M, N) float32 addend; out must then be float32 (``c=out`` adds into out in place, the fastest;
+    another c is first copied into out on the device). ``stream``: a CUDA stream handle (int) or stream object; by
+    default torch's current stream when ``out`` is a torch tensor, else the default stream. Asynchronous, like
+    any kernel launch. Under ``torch.compile`` the call becomes the custom op ``torch.ops.fp8_ladder.fp8_gemm_nt``.
     """
     (a, sa), (b, sb) = lhs, rhs
-    if stream is None and _is_torch(out) and out.is_cuda:
-        # A host ``out`` is left to check_gemm_args, which names it, rather than to torch's stream lookup.
+    key = None
+    if type(out).__module__.startswith("torch"):
         import torch
-        stream = torch.cuda.current_stream(out.device).cuda_stream
-    _run(a, sa, b, sb, out, stream, None)
+        if torch.compiler.is_compiling():
+            return _torch_op(a, sa, b, sb, out, c)
+        if out.is_cuda and stream is None and c is None:
+            try:
+                key = _torch_signature(a, sa, b, sb, out)
+            except AttributeError:  # an argument that is not a tensor: the checks below name it
+                key = None
+            else:
+                prepared = _PREPARED.get(key)
+                if prepared is not None:
+                    return prepared(torch._C._cuda_getCurrentRawStream(key[24]))
+        if stream is None and out.is_cuda:
+            # A host ``out`` is left to check_gemm_args, which names it, rather than to torch's stream lookup.
+            stream = torch._C._cuda_getCurrentRawStream(out.get_device())
+    _run(a, sa, b, sb, out, stream, None, c, plan_key=key)
 
 
 def get_mn_major_tma_aligned_tensor(sa):
@@ -139,4 +218,4 @@ def get_mn_major_tma_aligned_tensor(sa):
     return sa_to_mn_major(np.asarray(sa))
 
 
-__all__ = ["fp8_gemm_nt", "gemm", "get_mn_major_tma_aligned_tensor", "ScaleLayoutWarning"]
+__all__ = ["fp8_gemm_nt", "gemm", "get_mn_major_tma_aligned_tensor", "ScaleLayoutWarning", "clear_prepared"]

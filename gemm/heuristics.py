@@ -26,10 +26,16 @@ from gemm.fp8 import ceil_div
 from gemm.kernel.config import SHARED_LIMIT, KernelConfig, max_stages
 
 BLOCK_M_CANDIDATES = (64, 128, 256)
-BLOCK_N_CANDIDATES = (16, 32, 64, 128, 192)  # 96 and 160 work but measured no better (issue 8 widens this)
+# 56 = 7168 / 128: DeepSeek's N = 7168 in one wave of 128 tiles. Every multiple of 8 works (two B scales where
+# BLOCK_N does not divide 128), but the cost model below ranks them no better than the measurements do: with all
+# of them it picks 128 x 160 at 4096 x 7168 x 16384, measured 13% slower than 256 x 128 (issue 8 sweeps).
+BLOCK_N_CANDIDATES = (16, 32, 56, 64, 128, 192)
 RASTER_GROUPS = (8, 16)
 MAX_STAGES = 10
 FEED_WEIGHT = 72  # see wave_cost
+# One math warpgroup's K-block round trip (full-barrier wait, wgmma, wait, promotion, release) takes longer the
+# wider its 64 x BLOCK_N accumulator: a floor under one wave's time per K block for tiles of one or two warpgroups.
+LATENCY_BASE, LATENCY_PER_COLUMN = 8000, 64
 TILE_OVERHEAD = FEED_WEIGHT * 256  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
@@ -91,8 +97,12 @@ def wave_cost(block_m: int, block_n: int) -> int:
     (results/gemm_bench.json): 256 x 128 tiles run ~1.12x faster per FLOP than 128 x 128 ones at 4096x4096x7168,
     and 3 waves of them take 1.08x longer than 5 waves of 128 x 128 at 4096x2112x7168. So 128 x 128 tiles are
     feed-bound (Nsight Compute agrees: L2 at 81% of its throughput, results/ncu_06_4096x7168x16384.txt) and
-    256 x 128 ones are not."""
-    return max(block_m * block_n, FEED_WEIGHT * (block_m + block_n))
+    256 x 128 ones are not. Small tiles hit a third floor, a math warpgroup's round trip per K block, which grows
+    with BLOCK_N (LATENCY_*): fitted to one-wave problems (results/sweep_m128.json) where 128 x 32 tiles beat
+    64 x 64 ones by 13% at 128 x 4096 x 7168 (same CTA count, two warpgroups with half-wide chains) while
+    64 x 32 still beats 128 x 16 at 128 x 2112 x 7168 (the narrow tile's extra A rows cost more there)."""
+    latency = LATENCY_BASE + LATENCY_PER_COLUMN * block_n if block_m <= 128 else 0
+    return max(block_m * block_n, FEED_WEIGHT * (block_m + block_n), latency)
 
 
 def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168, fits=None) -> tuple[int, int]:
@@ -129,18 +139,22 @@ def raster_group(block_m: int, block_n: int, sms: int) -> int:
     return min(RASTER_GROUPS, key=lambda g: (g * block_n + ceil_div(sms, g) * block_m, -g))
 
 
-def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None) -> KernelConfig:
+def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None, *, out_dtype: str = "bf16",
+                  accumulate: bool = False) -> KernelConfig:
     """The production config for (M, N, K) on ``device`` (default: device 0 as set_num_sms limits it, or an H100
-    without a GPU). ``FP8LADDER_PRINT_CONFIGS=1`` prints each choice once."""
-    return _choose_config(m, n, k, device or device_facts(), post_passes())
+    without a GPU), for a BF16 or FP32 (``out_dtype="f32"``) D, added into (``accumulate``: D = C + A*B) or
+    overwritten. ``FP8LADDER_PRINT_CONFIGS=1`` prints each choice once."""
+    return _choose_config(m, n, k, device or device_facts(), post_passes(), out_dtype, accumulate)
 
 
 @functools.lru_cache(maxsize=4096)
-def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[str, ...]) -> KernelConfig:
-    epilogue = "tma" if n % 8 == 0 else "staged"
+def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[str, ...], out_dtype: str = "bf16",
+                   accumulate: bool = False) -> KernelConfig:
+    # FP32 D is stored by the TMA epilogue only (gemm.validate asks N % 4 == 0 for it)
+    epilogue = "tma" if n % 8 == 0 or out_dtype == "f32" else "staged"
 
     def fits(block_m: int, block_n: int) -> bool:  # at least 3 stages in this device's shared memory
-        trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue)
+        trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue, out_dtype=out_dtype)
         return max_stages(trial, n, k, limit=3, budget=device.shared_limit) >= 3
     block_m, block_n = choose_blocks(m, n, device.sm_count, staged=n % 8 != 0, k=k, fits=fits)
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)
@@ -148,7 +162,7 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
     config = KernelConfig(block_m=block_m, block_n=block_n, stages=2, producer="warpgroup", registers=REGISTERS,
                           persistent=persistent,
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
-                          epilogue=epilogue)
+                          epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate)
     stages = max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit)
     config = config.replace(stages=stages, post_passes=passes)
     if os.environ.get("FP8LADDER_PRINT_CONFIGS"):

@@ -31,7 +31,8 @@ _MEANING = {  # what each argument is, and the helper that makes it
     "sa": ("(M, ceil(K/128)) float32 scales: one per token per 128-wide K group", "gemm.per_token_cast_to_fp8(x)"),
     "b": ("(N, K) weights, e4m3 FP8, stored row-major as (N, K): the NT layout", "gemm.per_block_cast_to_fp8(w)"),
     "sb": ("(ceil(N/128), ceil(K/128)) float32 scales: one per 128x128 block", "gemm.per_block_cast_to_fp8(w)"),
-    "d": ("(M, N) BF16 output", 'torch.empty((M, N), dtype=torch.bfloat16, device="cuda")'),
+    "d": ("(M, N) BF16 or FP32 output", 'torch.empty((M, N), dtype=torch.bfloat16, device="cuda")'),
+    "c": ("(M, N) FP32 addend: D = C + A*B", 'torch.zeros((M, N), dtype=torch.float32, device="cuda")'),
 }
 
 
@@ -45,6 +46,7 @@ class GemmArgs:
     b: DeviceView
     sb: DeviceView
     d: DeviceView
+    c: DeviceView | None = None
     # "row_major" only when the caller asked check_gemm_args to accept it: that caller must convert sa to
     # "m_major" (the only layout a kernel reads) before launching.
     sa_layout: str = "m_major"
@@ -122,21 +124,31 @@ def _check_row_major(name: str, view: DeviceView) -> None:
                          f"ascontiguousarray (NumPy, CuPy)")
 
 
-def check_gemm_args(a, sa, b, sb, d, *, k_multiple: int = GROUP, accept_row_major_sa: bool = False) -> GemmArgs:
-    """Validate D = (a*sa)(b*sb)^T arguments; returns their views and M, N, K. See gemm.fp8 for the contract.
+def check_gemm_args(a, sa, b, sb, d, c=None, *, k_multiple: int = GROUP, accept_row_major_sa: bool = False,
+                    out_dtypes=BF16_DTYPES) -> GemmArgs:
+    """Validate D = C + (a*sa)(b*sb)^T arguments; returns their views and M, N, K. See gemm.fp8 for the contract.
 
     ``accept_row_major_sa``: let a contiguous row-major sa through (``GemmArgs.sa_layout == "row_major"``) for a
     caller that converts it to the M-major layout before launching, as ``fp8_gemm_nt`` does for torch tensors.
+    ``out_dtypes``: what d may be (the lessons write BF16; ``fp8_gemm_nt`` also FP32). ``c``: the optional FP32
+    addend; it needs an FP32 d.
     """
-    views = {name: _view(name, obj) for name, obj in zip(NAMES, (a, sa, b, sb, d))}
+    named = dict(zip(NAMES, (a, sa, b, sb, d)), **({"c": c} if c is not None else {}))
+    views = {name: _view(name, obj) for name, obj in named.items()}
     _check_devices(views)
     va, vsa, vb, vsb, vd = (views[name] for name in NAMES)
+    vc = views.get("c")
 
     _check_dtype("a", va, FP8_DTYPES, "e4m3 FP8")
     _check_dtype("b", vb, FP8_DTYPES, "e4m3 FP8")
     _check_dtype("sa", vsa, (F32,), "float32 scales")
     _check_dtype("sb", vsb, (F32,), "float32 scales")
-    _check_dtype("d", vd, BF16_DTYPES, "BF16 output")
+    _check_dtype("d", vd, out_dtypes, "BF16 or FP32 output" if F32 in out_dtypes else "BF16 output")
+    if vc is not None:
+        _check_dtype("c", vc, (F32,), "the FP32 addend of D = C + A*B")
+        if vd.dtype != F32:
+            raise TypeError(f"d must be float32 when c is given (D = C + A*B is accumulated in FP32), got dtype "
+                            f"{vd.dtype}; allocate d as float32 (or pass c=d to add into d in place)")
 
     for name, view in views.items():
         if len(view.shape) != 2:
@@ -154,8 +166,13 @@ def check_gemm_args(a, sa, b, sb, d, *, k_multiple: int = GROUP, accept_row_majo
     _check_shape("sa", vsa, (m, kb))
     _check_shape("sb", vsb, (ceil_div(n, GROUP), kb))
     _check_shape("d", vd, (m, n))
+    if vc is not None:
+        _check_shape("c", vc, (m, n))
+    if vd.dtype == F32 and n % 4:
+        raise ValueError(f"an FP32 d needs N % 4 == 0 (its rows are stored by TMA in 16-byte units), got N={n}; "
+                         "pad N or use a BF16 d")
 
-    for name in ("a", "b", "d", "sb"):
+    for name in ("a", "b", "d", "sb") + (("c",) if vc is not None else ()):
         _check_row_major(name, views[name])
     layout = sa_layout(vsa, m, kb)
     if layout is None or (layout == "row_major" and not accept_row_major_sa):
@@ -173,7 +190,7 @@ def check_gemm_args(a, sa, b, sb, d, *, k_multiple: int = GROUP, accept_row_majo
         if view.ptr % POINTER_ALIGNMENT:
             raise ValueError(f"{name} must start at a {POINTER_ALIGNMENT}-byte aligned address "
                              f"(got 0x{view.ptr:x}); slice views that shift the start are not supported")
-    return GemmArgs(m, n, k, va, vsa, vb, vsb, vd, layout)
+    return GemmArgs(m, n, k, va, vsa, vb, vsb, vd, vc, layout)
 
 
 __all__ = ["GemmArgs", "check_gemm_args", "sa_layout", "SA_HELPERS", "FP8_DTYPES", "BF16_DTYPES", "F32",

@@ -24,7 +24,14 @@ two ``HMMA.16816.F32`` and one FADD per accumulator (see ``python -m lessons ins
 128 HMMA, ~220 F2FP, 256 FADD, 64 FFMA). FP8 at full rate on Hopper needs the warpgroup instruction, wgmma
 (stage 05).
 
-Measured: 308 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.85x stage 03 (results/ladder.json, `python -m lessons ladder`).
+Speed of light: FP16 tensor cores, not FP8 ones. Each e4m3 mma.sync runs as two HMMA.16816.F32, so the bound is
+the dense FP16 rate, 132 SMs x 4096 flop/clk x 1.83 GHz = 989 TFLOP/s, half the FP8 peak. The shared-memory port
+is close behind: per 128-wide K block the eight warps of a 128 x 128 tile read 96 KiB with ldmatrix and cp.async
+writes 32 KiB, 0.031 B per flop, which allows 1,071 TFLOP/s. The F2FP unpacks and the FADDs that merge each HMMA
+pair take issue slots beside them.
+
+Measured: 308 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.85x stage 03; 31% of its speed of light
+(FP16 HMMA, 989 TFLOP/s), 16% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 from __future__ import annotations
 
@@ -376,3 +383,20 @@ def gemm(a, sa, b, sb, d, stream=None) -> None:
     kernel.launch(grid(args.m, args.n), THREADS,
                   [args.a.ptr, args.sa.ptr, args.b.ptr, args.sb.ptr, args.d.ptr, np.uint32(args.sa_stride)],
                   shared_bytes=SHARED_BYTES, stream=stream)
+
+
+def emulate(a, sa, b, sb, *, seed=None) -> np.ndarray:
+    """Run this stage's generated PTX on the CPU (ptx.emulate, each CTA's threads in lockstep) for host
+    operands in the gemm.fp8 contract; D as float32, NaN where the kernel wrote nothing. Lockstep has no
+    schedule to vary, so ``seed`` is unused. ``ptx.emulate.run_stage(stage, ...)`` adds a report and edits."""
+    from gemm.fp8 import align, bf16_to_float
+    from ptx.emulate.lockstep import run_kernel
+    m, k = a.shape
+    n = b.shape[0]
+    sa_storage = np.zeros((sa.shape[1], align(m, 4)), np.float32)  # the M-major, M-padded-to-4 scale bytes
+    sa_storage[:, :m] = np.asarray(sa).T
+    d = np.full((m, n), 0x7FC0, np.uint16)  # BF16 NaN: what the kernel never writes stays NaN
+    run_kernel(generate(m, n, k), KERNEL, grid(m, n), THREADS, SHARED_BYTES,
+               dict(a=np.ascontiguousarray(a).view(np.uint8), sa=sa_storage, b=np.ascontiguousarray(b).view(np.uint8),
+                    sb=np.ascontiguousarray(sb, np.float32), d=d, sa_stride=align(m, 4)))
+    return bf16_to_float(d)

@@ -16,14 +16,18 @@ wgmma wants, rows past M or N zero-filled) from one instruction, ``cp.async.bulk
   (one math warpgroup) when M <= 64, else 128 (two); BLOCK_N = 64 when 128-wide blocks would leave SMs
   idle, else 128 (and 64 x 64 when even 128 x 64 blocks would fill fewer than half the SMs).
 
-The simplest correct producer, chosen on purpose (warp specialisation is stage 07): thread 0 is both a
-math thread and the producer. Before computing iteration i it refills the stage of iteration
-j = i + S - 2 (waiting for that stage's empty barrier, i.e. for every warp to have finished iteration
-j - S = i - 2); the one stage of slack means thread 0 almost never waits for the other warpgroup.
-The math warpgroup body (wgmma issue, promotion, coalesced BF16 epilogue) is stage 05's, unchanged
-(:mod:`lessons.wgmma_common`).
+The simplest correct producer, chosen on purpose: thread 0 is both a math thread and the producer. Before
+computing iteration i it refills the stage of iteration j = i + S - 2 (waiting for that stage's empty barrier,
+i.e. for every warp to have finished iteration j - S = i - 2); the one stage of slack means thread 0 almost never
+waits for the other warpgroup. The math warpgroup body (wgmma issue, promotion, coalesced BF16 epilogue) is stage
+05's, unchanged (:mod:`lessons.wgmma_common`). Stage 07 (``lessons/07_warp_specialization.py``) then gives the
+producer a warpgroup of its own, so the ring runs a full ``stages`` blocks ahead and no math warp issues a copy.
 
-Measured: 964 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.14x stage 05 (results/ladder.json, `python -m lessons ladder`).
+Speed of light: stage 05's, the FP8 tensor cores at 1979 TFLOP/s. This stage takes the loads and the K-loop
+barrier off the math threads; the promotion and thread 0's double role remain.
+
+Measured: 964 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.14x stage 05; 49% of its speed of light
+(FP8 QGMMA, 1,979 TFLOP/s), 49% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 from __future__ import annotations
 
@@ -289,3 +293,27 @@ def gemm(a, sa, b, sb, d, stream=None) -> None:
     maps = _tensor_maps(args.a.ptr, args.b.ptr, args.sa.ptr, args.m, args.n, args.k, args.sa_stride)
     kernel.launch(plan.grid, plan.threads, [*maps, args.sb.ptr, args.d.ptr],
                   shared_bytes=plan.shared_bytes, stream=stream)
+
+
+def emulate(a, sa, b, sb, *, seed=None, blocks: tuple[int, int] | None = None) -> np.ndarray:
+    """Run this stage's generated PTX on the CPU (ptx.emulate, each CTA as cooperatively scheduled
+    warpgroups, TMA through the tensor maps :func:`tensor_map_specs` describes) for host operands in the
+    gemm.fp8 contract; D as float32, NaN where the kernel wrote nothing. ``seed``: pick the next warpgroup at
+    random instead of round-robin; ``blocks``: force a block shape (as Plan takes it).
+    ``ptx.emulate.run_stage(stage, ...)`` adds a report and edits."""
+    from gemm.fp8 import align, bf16_to_float
+    from ptx.emulate import FakeTensorMap, run_kernel
+    m, k = a.shape
+    n = b.shape[0]
+    plan = Plan(m, n, k, blocks)
+    sa_storage = np.zeros((sa.shape[1], align(m, 4)), np.float32)  # the M-major, M-padded-to-4 scale bytes
+    sa_storage[:, :m] = np.asarray(sa).T
+    data = {"tmap_a": np.ascontiguousarray(a).view(np.uint8), "tmap_b": np.ascontiguousarray(b).view(np.uint8),
+            "tmap_sa": sa_storage}
+    maps = {name: FakeTensorMap(data[name], np.dtype(spec["dtype"]), spec["shape"], spec["row_stride_bytes"],
+                                spec["box"], spec["swizzle"])
+            for name, spec in tensor_map_specs(plan, align(m, 4)).items()}
+    d = np.full((m, n), 0x7FC0, np.uint16)  # BF16 NaN: what the kernel never writes stays NaN
+    run_kernel(generate_for(plan), KERNEL, plan.grid, plan.threads, plan.shared_bytes,
+               dict(**maps, sb=np.ascontiguousarray(sb, np.float32), d=d), seed=seed)
+    return bf16_to_float(d)

@@ -36,6 +36,12 @@ class GeneratedStage:
     def generate(self, m: int, n: int, k: int) -> str:
         return _generate(self.config(m, n, k), n, k)
 
+    def emulate(self, a, sa, b, sb, *, seed: int | None = None, sm_count: int = 3):
+        """This stage's kernel for host operands on the CPU emulator (gemm.emulated.run_gemm): D as float32."""
+        from gemm.emulated import run_gemm
+        m, k = a.shape
+        return run_gemm(self.config(m, b.shape[0], k), a, sa, b, sb, sm_count=sm_count, seed=seed)
+
     def shared_bytes(self, m: int, n: int, k: int) -> int:
         return SharedPlan(self.config(m, n, k), n, k).shared_bytes
 

@@ -11,8 +11,10 @@ registers between warpgroups therefore goes through the standalone ``ptxas`` in 
 exactly for PTX that contains ``setmaxnreg``.
 
 Results are cached in memory and on disk (``$FP8LADDER_CACHE_DIR``, default ``~/.cache/fp8-ladder``),
-keyed by the PTX, the options, the arch and the nvJitLink version. Files are written to a temporary name
-in the cache directory and renamed into place, so concurrent writers never leave a torn file.
+keyed by content only: the PTX, the arch, the options, the assembler and its version (never a path), so a
+cache directory can be moved or copied to another machine and still hit (``python -m gemm prebuild`` fills
+one ahead of time). Files are written to a temporary name in the cache directory and renamed into place, so
+concurrent writers never leave a torn file.
 """
 from __future__ import annotations
 
@@ -134,7 +136,8 @@ compile_count = 0  # how many times nvJitLink actually ran in this process (test
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("FP8LADDER_CACHE_DIR") or Path.home() / ".cache" / "fp8-ladder")
+    """``$FP8LADDER_CACHE_DIR``, else ``~/.cache/fp8-ladder``; read at every lookup, so it may change at run time."""
+    return Path(os.environ.get("FP8LADDER_CACHE_DIR") or Path.home() / ".cache" / "fp8-ladder").expanduser()
 
 
 @functools.lru_cache(maxsize=None)
@@ -144,6 +147,7 @@ def _nvjitlink_version() -> str:
 
 
 def cache_key(ptx: str, arch: str, options: tuple[str, ...]) -> str:
+    """sha256 of what decides the cubin. Content only (no paths): a moved or copied cache still hits."""
     text = "\0".join([ptx, arch, *options, _nvjitlink_version()])
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -229,9 +233,11 @@ def _run_ptxas(ptx: str, arch: str, options: tuple[str, ...]) -> tuple[bytes, st
         source.write_text(ptx)
         done = subprocess.run([ptxas_path(), f"-arch={arch}", "-O3", "-v", *options, str(source), "-o", str(target)],
                               capture_output=True, text=True)
+        # ptxas names the source by its temporary path in warnings: keep that path out of the cached report
+        log = (done.stderr + done.stdout).replace(str(source), "kernel.ptx")
         if done.returncode != 0:
-            raise PTXCompileError(done.stderr.replace(str(source), "kernel.ptx"), ptx)
-        return target.read_bytes(), done.stderr + done.stdout
+            raise PTXCompileError(log, ptx)
+        return target.read_bytes(), log
 
 
 def _run_nvjitlink(ptx: str, arch: str, options: tuple[str, ...]) -> tuple[bytes, str]:

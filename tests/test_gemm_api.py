@@ -54,6 +54,27 @@ def test_bad_argument_names_it(rng, name, bad, error, words):
     assert words in str(info.value)
 
 
+def test_fp32_output_and_c_are_checked(rng):
+    """fp8_gemm_nt's d may be FP32 (out_dtypes), c needs an FP32 d of the same shape, an FP32 d needs N % 4 == 0."""
+    from gemm.api import OUT_DTYPES
+    a, sa, b, sb, _ = _fake_device_problem(rng, n=200)
+    d32 = on_fake_device(np.zeros((70, 200), np.float32))
+    args = check_gemm_args(a, sa, b, sb, d32, d32, out_dtypes=OUT_DTYPES)
+    assert args.c is not None and args.d.dtype == np.float32
+    with pytest.raises(TypeError, match="d must be BF16 output"):  # the lessons' stages write BF16 only
+        check_gemm_args(a, sa, b, sb, d32)
+    bf16 = on_fake_device(np.zeros((70, 200), np.uint16))
+    with pytest.raises(TypeError, match="d must be float32 when c is given"):
+        check_gemm_args(a, sa, b, sb, bf16, d32, out_dtypes=OUT_DTYPES)
+    with pytest.raises(ValueError, match="c must have shape"):
+        check_gemm_args(a, sa, b, sb, d32, on_fake_device(np.zeros((70, 199), np.float32)), out_dtypes=OUT_DTYPES)
+    with pytest.raises(TypeError, match="c must be the FP32 addend"):
+        check_gemm_args(a, sa, b, sb, d32, bf16, out_dtypes=OUT_DTYPES)
+    a, sa, b, sb, _ = _fake_device_problem(rng, n=202)
+    with pytest.raises(ValueError, match="FP32 d needs N % 4 == 0"):
+        check_gemm_args(a, sa, b, sb, on_fake_device(np.zeros((70, 202), np.float32)), out_dtypes=OUT_DTYPES)
+
+
 def test_k_must_be_a_multiple_of_128(rng):
     a, sa, b, sb = random_problem(8, 8, 200, rng)
     with pytest.raises(ValueError, match="K=200 must be a multiple of 128"):
@@ -109,8 +130,10 @@ def test_errors_on_gpu_tensors(rng):
     _, (ta, tsa, tb, tsb, out) = _device_problem(64, 256, 256, rng)
     with pytest.raises(ValueError, match="host memory"):
         gemm.fp8_gemm_nt((ta.cpu(), tsa), (tb, tsb), out)
-    with pytest.raises(TypeError, match="d must be BF16"):
-        gemm.fp8_gemm_nt((ta, tsa), (tb, tsb), out.float())
+    with pytest.raises(TypeError, match="d must be BF16 or FP32 output"):
+        gemm.fp8_gemm_nt((ta, tsa), (tb, tsb), out.half())
+    with pytest.raises(TypeError, match="d must be float32 when c is given"):
+        gemm.fp8_gemm_nt((ta, tsa), (tb, tsb), out, c=out.float())
     with pytest.raises(ValueError, match="M-major"):  # neither M-major nor row-major (which is converted)
         gemm.fp8_gemm_nt((ta, torch.zeros((64, 4), device="cuda")[:, :2]), (tb, tsb), out)
     with pytest.raises(ValueError, match="aligned"):

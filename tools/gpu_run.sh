@@ -26,6 +26,13 @@ for part in "$@"; do
               ${TESTS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -80 ;;
     ladder) $PY -m lessons ladder --out "$OUT" ${LADDER_ARGS:-} 2>&1 | tee "$OUT/ladder.log" | tail -30 ;;
     bench)  $PY -m gemm.bench --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
+    overhead) $PY -c "import json; from gemm.bench import host_overhead; print(json.dumps(host_overhead(), indent=1))" \
+              2>&1 | tee "$OUT/overhead.json" ;;
+    sweep)  # SWEEPS="shapes configs... | shapes configs..." (tools/sweep_configs.py arguments, one sweep per |)
+            i=0; IFS='|' read -ra jobs <<< "${SWEEPS:-}"
+            for job in "${jobs[@]}"; do
+              i=$((i+1)); eval "$PY tools/sweep_configs.py $job --json $OUT/sweep_$i.json" 2>&1 | tee "$OUT/sweep_$i.log" | tail -40
+            done ;;
     sanitize) # SANITIZE="stage:M,N,K ..." (default: stage 08 and the production kernel, one ragged shape each)
             for job in ${SANITIZE:-8:2048,2048,512 8:1000,2112,512 production:1000,2112,512 production:4096,4096,512}; do
               stage=${job%%:*}; shape=${job#*:}

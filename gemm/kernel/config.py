@@ -13,6 +13,9 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   (``stmatrix`` into a swizzled tile, one TMA store per 64-column atom, its wait deferred to the next tile);
 * ``multicast``: 2 = clusters of two CTAs computing tiles with the same rows, A (and its scales) loaded once
   and multicast to both (stage 09);
+* ``out_dtype``: D's element type, ``"bf16"`` or ``"f32"`` (the FP32 totals stored as they are; TMA epilogue);
+* ``accumulate``: D = C + A*B: the TMA epilogue adds the tile into D (``cp.reduce.async.bulk.tensor .add``, done
+  by the copy engine at L2) instead of overwriting it, so D must hold C when the kernel starts (FP32 only);
 * ``post_passes``: cubin passes run after assembly (stage 10's FFMA interleave, :mod:`ptx.passes`);
 * ``gemm_type``: grouped GEMMs fill it later; only "normal" is accepted today.
 """
@@ -29,7 +32,8 @@ BLOCK_K = 128  # one scale group = one 128-byte swizzle row of e4m3
 WARPGROUP = 128  # threads
 SHARED_LIMIT = 227 * 1024  # H100: the most dynamic shared memory one block may have (cuDeviceGetAttribute agrees)
 ALIGN_SLACK = 1024  # the dynamic shared base is aligned up to 1024 bytes at run time
-TMA_D_ATOM_COLUMNS = 64  # one 128-byte swizzle row of BF16: the TMA store's box width with the 128B swizzle
+SWIZZLE_ROW_BYTES = 128  # one 128B-swizzle row: the TMA store's box width (64 BF16 or 32 FP32 columns)
+OUT_BYTES = {"bf16": 2, "f32": 4}  # bytes per element of D
 # cubin -> cubin passes a config may ask for (ptx.passes), by name: the FFMA interleave with DeepGEMM's rule, or
 # with one yield every other FFMA (stage 10)
 POST_PASSES = {"ffma_deepgemm": "deepgemm", "ffma_every_other": "every_other"}
@@ -48,6 +52,8 @@ class KernelConfig:
     multicast: int = 1
     post_passes: tuple[str, ...] = ()
     gemm_type: str = "normal"
+    out_dtype: str = "bf16"
+    accumulate: bool = False
 
     def __post_init__(self):
         if self.block_m not in (64, 128, 256):
@@ -93,11 +99,21 @@ class KernelConfig:
         if self.multicast == 2 and (self.producer != "warpgroup" or not self.persistent):
             raise ValueError("TMA multicast pairs the tiles of a persistent walk between the two CTAs of a "
                              "cluster: it needs producer='warpgroup' and persistent=True")
+        if self.out_dtype not in OUT_BYTES:
+            raise ValueError(f"out_dtype must be one of {sorted(OUT_BYTES)}, got {self.out_dtype!r}")
+        if self.out_dtype != "bf16" and self.epilogue != "tma":
+            raise ValueError(f"out_dtype={self.out_dtype!r} is stored by the TMA epilogue: use epilogue='tma'")
+        if self.accumulate and self.out_dtype != "f32":
+            raise ValueError("accumulate (D = C + A*B) adds into D in FP32: it needs out_dtype='f32'")
         unknown = [name for name in self.post_passes if name not in POST_PASSES]
         if unknown:
             raise ValueError(f"post_passes {unknown}: known cubin passes are {sorted(POST_PASSES)}")
         if self.gemm_type != "normal":
             raise ValueError(f"gemm_type {self.gemm_type!r}: grouped GEMMs are not generated yet")
+
+    @property
+    def out_bytes(self) -> int:
+        return OUT_BYTES[self.out_dtype]
 
     @property
     def math_warpgroups(self) -> int:
@@ -137,13 +153,17 @@ class KernelConfig:
         fields.append(f"{self.epilogue} epilogue")
         if self.multicast > 1:
             fields.append(f"A multicast to {self.multicast} CTAs")
+        if self.out_dtype != "bf16" or self.accumulate:
+            fields.append(f"{self.out_dtype} out" + (", D += A*B" if self.accumulate else ""))
         fields += [f"pass {name}" for name in self.post_passes]
         return ", ".join(fields)
 
 
-def tma_store_box_columns(block_n: int) -> int:
-    """Columns of one TMA-store box: a 128B-swizzled atom of 64 when BLOCK_N allows, else the whole (unswizzled) row."""
-    return TMA_D_ATOM_COLUMNS if block_n % TMA_D_ATOM_COLUMNS == 0 else block_n
+def tma_store_box_columns(block_n: int, out_bytes: int = 2) -> int:
+    """Columns of one TMA-store box: a 128B-swizzled atom (64 BF16 or 32 FP32) when BLOCK_N allows, else the whole
+    (unswizzled) row."""
+    atom = SWIZZLE_ROW_BYTES // out_bytes
+    return atom if block_n % atom == 0 else block_n
 
 
 @dataclass(frozen=True)
@@ -187,7 +207,7 @@ class SharedPlan:
         """The epilogue's own tile; 0 when it reuses the ring (one tile per CTA: the ring is idle by then)."""
         c = self.config
         if c.epilogue == "tma":
-            return c.block_m * c.block_n * 2
+            return c.block_m * c.block_n * c.out_bytes
         return c.block_m * staging_pitch(c.block_n) if c.persistent else 0
 
     @property

@@ -8,6 +8,10 @@
   engine writes D, clipping rows past M and columns past N. The store is not waited for: the next tile's
   epilogue first waits until the previous stores have *read* the shared tile (``cp.async.bulk.wait_group.read``),
   so the stores drain while the next tile's main loop runs.
+  FP32 D (``out_dtype="f32"``): stmatrix moves 16-bit elements only, so each thread writes its two adjacent FP32
+  totals with ``st.shared.v2.f32`` into 32-column atoms (128-byte rows, the same 16-byte-chunk XOR), which puts
+  a warp's 8 rows x 32 bytes in the minimum two shared-memory wavefronts. With ``accumulate`` the TMA store is
+  a reduce-add (``cp.reduce.async.bulk.tensor .add``): D = C + A*B, added by the copy engine at L2.
 
 :func:`d_tile_offset` is the shared-tile layout in Python: the emitted addresses, the emulator and the figures use it.
 """
@@ -23,14 +27,15 @@ from ptx.vocab import wgmma as w
 MATH_BARRIER = 1  # named barrier of the math warpgroups (0 is the whole CTA's; the producer's threads have exited)
 
 
-def d_tile_offset(row: int, col: int, block_m: int, block_n: int) -> int:
-    """Byte offset of D[row, col] (BF16) in the TMA epilogue's shared tile."""
-    atom_cols = tma_store_box_columns(block_n)
+def d_tile_offset(row: int, col: int, block_m: int, block_n: int, out_bytes: int = 2) -> int:
+    """Byte offset of D[row, col] (BF16, or FP32 with ``out_bytes=4``) in the TMA epilogue's shared tile."""
+    atom_cols = tma_store_box_columns(block_n, out_bytes)
+    row_bytes = out_bytes * atom_cols
     atom, col = divmod(col, atom_cols)
-    chunk, within = divmod(2 * col, 16)
-    if atom_cols == 64:  # 128B swizzle: chunk c of row r lives at chunk c ^ (r % 8)
+    chunk, within = divmod(out_bytes * col, 16)
+    if row_bytes == 128:  # 128B swizzle: chunk c of row r lives at chunk c ^ (r % 8)
         chunk ^= row % 8
-    return atom * block_m * 2 * atom_cols + row * 2 * atom_cols + 16 * chunk + within
+    return atom * block_m * row_bytes + row * row_bytes + 16 * chunk + within
 
 
 def math_barrier(config: KernelConfig) -> str:
@@ -57,12 +62,16 @@ class TmaEpilogue:
     def __init__(self, b: KernelBuilder, plan: SharedPlan, math: MathWarpgroups, smem: str, tmap_d: str):
         self.b, self.plan, self.math, self.tmap_d = b, plan, math, tmap_d
         c = plan.config
-        self.atom_cols = tma_store_box_columns(c.block_n)
+        self.atom_cols = tma_store_box_columns(c.block_n, c.out_bytes)
+        self.row_bytes = c.out_bytes * self.atom_cols
         e, r = b.emit, b.reg
         self.store_thread = r("pred", "p_store")
         e(f"setp.eq.u32 {self.store_thread}, {math.tid}, 0;")
         self.tile = r("u32", "dtile")
         e(f"add.u32 {self.tile}, {smem}, {plan.d_region};")
+        if c.out_dtype == "f32":
+            self._setup_f32()
+            return
         # this lane's stmatrix row (matrix q = lane / 8 holds rows 8(q % 2).. of column group j + q / 2)
         q, row = r("u32"), r("u32", "drow")
         e(f"shr.u32 {q}, {math.lane}, 3;", f"and.b32 {row}, {q}, 1;", f"shl.b32 {row}, {row}, 3;",
@@ -77,6 +86,46 @@ class TmaEpilogue:
             e(f"xor.b32 {self.lane_chunk}, {q}, {low};")
         else:
             e(f"shl.b32 {self.lane_chunk}, {q}, 4;", f"add.u32 {self.row_address}, {self.row_address}, {self.lane_chunk};")
+
+    def _setup_f32(self) -> None:
+        """This lane's row (warp * 16 + lane / 4; +8 for the second half) and its swizzled chunk bits: the lane's
+        two columns 2(lane % 4).. of group g sit in chunk 2(g % 4) + (lane / 2) % 2 of the row, XOR row % 8."""
+        e, r, math = self.b.emit, self.b.reg, self.math
+        row, low = r("u32", "drow"), r("u32")
+        e(f"shr.u32 {low}, {math.lane}, 2;", f"mad.lo.u32 {row}, {math.warp}, 16, {low};")
+        self.row_address = r("u32", "drow_addr")
+        e(f"mad.lo.u32 {self.row_address}, {row}, {self.row_bytes}, {self.tile};")
+        self.lane_chunk = r("u32", "dchunk")  # swizzled: ((lane >> 1) & 1) ^ (row % 8), row % 8 == lane >> 2
+        e(f"shr.u32 {self.lane_chunk}, {math.lane}, 1;", f"and.b32 {self.lane_chunk}, {self.lane_chunk}, 1;")
+        if self.row_bytes == 128:
+            e(f"xor.b32 {self.lane_chunk}, {self.lane_chunk}, {low};")
+        e(f"shl.b32 {self.lane_chunk}, {self.lane_chunk}, 4;")
+        within = r("u32")  # the lane's 8 bytes inside its 16-byte chunk
+        e(f"and.b32 {within}, {math.lane}, 1;", f"shl.b32 {within}, {within}, 3;",
+          f"add.u32 {self.row_address}, {self.row_address}, {within};")
+
+    def _address_f32(self, group: int, wave: int, half: int) -> str:
+        """Shared address of this lane's two FP32 totals of 8-column group ``group``, rows +8 for ``half``."""
+        e, r = self.b.emit, self.b.reg
+        atom, col = divmod(group * 8, self.atom_cols)
+        row0 = wave * self.math.wave_rows + 8 * half  # multiples of 8: the same swizzle phase
+        offset = (atom * self.plan.config.block_m + row0) * self.row_bytes
+        address = r("u32")
+        if self.row_bytes == 128:
+            e(f"xor.b32 {address}, {self.lane_chunk}, {16 * (col // 4)};")  # col // 4: the group's chunk pair
+        else:
+            e(f"add.u32 {address}, {self.lane_chunk}, {4 * col};")
+        e(f"add.u32 {address}, {address}, {self.row_address};")
+        if offset:
+            e(f"add.u32 {address}, {address}, {offset};")
+        return address
+
+    def _write_f32(self) -> None:
+        for wave, total in enumerate(self.math.totals):
+            for group in range(self.plan.config.block_n // 8):
+                for half in range(2):
+                    lo, hi = total[4 * group + 2 * half], total[4 * group + 2 * half + 1]
+                    self.b.emit(f"st.shared.v2.f32 [{self._address_f32(group, wave, half)}], {{{lo}, {hi}}};")
 
     def _address(self, group: int, wave: int) -> str:
         """Shared address this lane gives stmatrix for the column-group pair starting at ``group`` (even) of
@@ -99,7 +148,7 @@ class TmaEpilogue:
         e(f"@{self.store_thread} {t.bulk_wait_group(0, read_only=True)}",  # the previous tile's stores read the tile
           math_barrier(c))
         groups = c.block_n // 8
-        for wave, total in enumerate(self.math.totals):
+        for wave, total in enumerate(self.math.totals if c.out_dtype == "bf16" else ()):
             for g in range(0, groups, 2):
                 regs = []
                 for group in range(g, min(g + 2, groups)):
@@ -109,13 +158,16 @@ class TmaEpilogue:
                         e(core.cvt_f32x2_to_bf16x2(packed, hi, lo))
                         regs.append(packed)
                 e(w.stmatrix(regs, self._address(g, wave)))
+        if c.out_dtype == "f32":
+            self._write_f32()
         e(t.fence_proxy_async(), math_barrier(c))  # every warp's stmatrix visible to the TMA unit
         skip = b.label("stored")
         e(f"@!{self.store_thread} bra {skip};")
+        store = t.tma_reduce_add_2d if c.accumulate else t.tma_store_2d
         for atom in range(c.block_n // self.atom_cols):
             x = b.reg("u32")
             e(f"add.u32 {x}, {n0}, {atom * self.atom_cols};",
-              t.tma_store_2d(self.tmap_d, x, m0, f"{self.tile}+{atom * c.block_m * 2 * self.atom_cols}"))
+              store(self.tmap_d, x, m0, f"{self.tile}+{atom * c.block_m * self.row_bytes}"))
         e(t.bulk_commit_group())
         b.place(skip)
 

@@ -63,9 +63,11 @@ def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: in
                         box=(1, config.block_m), swizzle=0),
     }
     if config.epilogue == "tma":
-        columns = tma_store_box_columns(config.block_n)
-        specs["tmap_d"] = dict(dtype=np.uint16, shape=(m, n), row_stride_bytes=2 * n, box=(config.block_m, columns),
-                               swizzle=128 if columns == 64 else 0)
+        item = config.out_bytes
+        columns = tma_store_box_columns(config.block_n, item)
+        specs["tmap_d"] = dict(dtype=np.float32 if config.out_dtype == "f32" else np.uint16, shape=(m, n),
+                               row_stride_bytes=item * n, box=(config.block_m, columns),
+                               swizzle=128 if columns * item == 128 else 0)
     return specs
 
 
@@ -103,4 +105,13 @@ def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
                                 shared_bytes=shared_bytes, cluster=cluster, stream=stream)
 
 
-__all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "grid", "launch"]
+def prepare(config: KernelConfig, args, *, sm_count: int):
+    """``launch`` with everything but the stream done: a ptx.runtime.PreparedLaunch for the host hot path."""
+    m, n, k = args.m, args.n, args.k
+    blocks, shared_bytes, cluster = _launch_shape(config, m, n, k, sm_count)
+    maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
+    return kernel(config, n, k).prepare(blocks, config.threads, [*maps, args.sb.ptr, args.d.ptr, m],
+                                        shared_bytes=shared_bytes, cluster=cluster)
+
+
+__all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "grid", "launch", "prepare"]

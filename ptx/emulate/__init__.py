@@ -5,15 +5,22 @@
   the CTAs of a thread-block cluster run together (mapa, remote mbarrier arrives, TMA multicast,
   barrier.cluster, ld/st.shared::cluster), and touching a peer CTA that has exited is an error.
 * :func:`ptx.emulate.lockstep.run_kernel`: the whole CTA in lockstep (mma.sync, ldmatrix, cp.async kernels).
+* :func:`run_stage` (ptx.emulate.report), for learners: a ladder stage (``lessons.stage(n)``, 04 and up) on
+  host operands, returning D and a :class:`Report` (what ran, how it ended: completed, deadlock, missing
+  fence.proxy.async, accumulator read before wgmma.wait_group, ...); ``edit=`` one of ptx.emulate.breaks
+  runs the kernel with one line broken, and the report shows the lines changed.
 
 Modules: common (program, memory, errors), lockstep (the instruction executor), matrix (ldmatrix, stmatrix,
-mma.sync), warpgroup (one warpgroup: divergence, wgmma, mbarrier, TMA), barriers, tma, scheduler.
+mma.sync), warpgroup (one warpgroup: divergence, wgmma, mbarrier, TMA, proxies), barriers, tma, scheduler,
+session (edits and records runs), report (run_stage), breaks (the "break it" PTX edits).
 """
+from . import breaks
 from .common import E4M3, EmulationError, GlobalMemory, Program
 from .lockstep import CTA
+from .report import Report, run_stage
 from .scheduler import Cluster, RunStats, ScheduledCTA, run_kernel
 from .tma import FakeTensorMap
 from .warpgroup import Warpgroup
 
-__all__ = ["run_kernel", "RunStats", "FakeTensorMap", "EmulationError", "GlobalMemory", "Program", "CTA",
-           "ScheduledCTA", "Cluster", "Warpgroup", "E4M3"]
+__all__ = ["run_kernel", "run_stage", "Report", "breaks", "RunStats", "FakeTensorMap", "EmulationError",
+           "GlobalMemory", "Program", "CTA", "ScheduledCTA", "Cluster", "Warpgroup", "E4M3"]

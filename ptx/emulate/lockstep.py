@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from . import matrix
+from . import matrix, session
 from .common import (_MASK, CLUSTER_WINDOW, E4M3, EmulationError, GlobalMemory, Instruction,  # noqa: F401
                      Program, _bf16_bits, _from_bytes, _gather, _signed, _split_operands, _to_bytes, _vector,
                      grid_2d)
@@ -37,6 +37,7 @@ class CTA:
         self.symbols: dict[str, int] = {}  # shared-memory symbols, by-value parameters (tensor maps)
         self.shared_symbols = self.symbols
         self.extra_specials: dict[str, int] = {}  # more special registers (a scheduled CTA's cluster ones)
+        self.line = 0  # PTX line of the instruction executing (for what shared memory remembers of its writers)
 
     # -- operands -------------------------------------------------------------------------------------
     def value(self, token: str):
@@ -77,11 +78,11 @@ class CTA:
 
     # -- execution ------------------------------------------------------------------------------------
     def run(self, max_steps: int = 10_000_000):
-        code, pc, steps = self.program.code, 0, 0
+        code, pc, self.steps = self.program.code, 0, 0
         while pc < len(code):
             ins = code[pc]
-            steps += 1
-            if steps > max_steps:
+            self.steps += 1
+            if self.steps > max_steps:
                 raise EmulationError("too many steps")
             if ins.label:
                 pc += 1
@@ -97,6 +98,7 @@ class CTA:
                 continue
             if ins.opcode in ("ret", "exit"):
                 return
+            self.line = ins.line
             self.execute(ins.opcode, list(ins.ops), mask)
             pc += 1
 
@@ -143,8 +145,9 @@ class CTA:
         elif opcode == "cp.async.wait_group":
             keep = int(ops[0])
             while len(self.pending) > keep:
-                for dst, data in self.pending.pop(0):
+                for dst, data, threads, line in self.pending.pop(0):
                     self.smem[dst[:, None] + np.arange(16)] = data
+                    self.note_generic_write(dst[:, None] + np.arange(16), threads, line)
         elif opcode == "bar.sync":
             pass
         elif name == "ldmatrix":
@@ -215,6 +218,8 @@ class CTA:
         if kind == "st":
             raw = np.concatenate([_to_bytes(self.value(r)[mask], size) for r in regs], axis=1)
             data[offsets[:, None] + np.arange(total)] = raw
+            if space == "shared":
+                self.note_generic_write(offsets[:, None] + np.arange(total), self.tid[mask], self.line)
             return
         raw = _gather(data, offsets, total)
         for i, name in enumerate(regs):
@@ -246,12 +251,19 @@ class CTA:
                 if offset + size > buffer.size:
                     raise EmulationError("cp.async reads past the end of a buffer")
                 data[row, :size] = buffer[offset:offset + size]
-        self.open_group.append((dst, data))
+        self.open_group.append((dst, data, self.tid[mask], self.line))  # a generic-proxy write when it lands
+
+    def note_generic_write(self, offsets: np.ndarray, threads: np.ndarray, line: int):
+        """Shared bytes ``offsets`` (one row per thread of ``threads``) were written through the generic proxy
+        (st.shared, cp.async, stmatrix). In lockstep nothing reads shared memory through the async proxy, so
+        nothing is kept; ptx.emulate.warpgroup remembers the writers until their fence.proxy.async."""
 
 
 def run_kernel(ptx: str, kernel: str, grid, threads: int, shared_bytes: int, args: dict[str, np.ndarray | int],
                shared_symbol: str = "smem"):
-    """Run every CTA of ``grid`` ((x, y) or (x,)) in lockstep; array arguments are host buffers written in place."""
+    """Run every CTA of ``grid`` ((x, y) or (x,)) in lockstep; array arguments are host buffers written in place.
+    Inside a ptx.emulate.session.capture the PTX may be edited first and the run is recorded."""
+    ptx, record = session.prepare(ptx, kernel, "lockstep", threads)
     memory = GlobalMemory()
     params = {}
     for name, value in args.items():
@@ -262,7 +274,12 @@ def run_kernel(ptx: str, kernel: str, grid, threads: int, shared_bytes: int, arg
         for x in range(nctaid[0]):
             cta = CTA(ptx, kernel, params, memory, (x, y), threads, shared_bytes, nctaid=nctaid, program=program)
             cta.shared_symbols[shared_symbol] = 0
-            cta.run()
+            try:
+                cta.run()
+            finally:
+                if record is not None:
+                    record.update(ctas=record["ctas"] + 1, clusters=record["clusters"] + 1,
+                                  steps=record["steps"] + cta.steps)
 
 
 __all__ = ["E4M3", "EmulationError", "GlobalMemory", "Instruction", "Program", "CTA", "run_kernel", "grid_2d",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import session
 from .barriers import ClusterBarrier, NamedBarriers
 from .common import CLUSTER_RANKS, EmulationError, GlobalMemory, Program, grid_2d, split_shared
 from .tma import BulkGroups, FakeTensorMap
@@ -110,6 +111,10 @@ class ScheduledCTA:
                          "%cluster_ctaid.z": 0, "%cluster_nctaid.x": size, "%cluster_nctaid.y": 1,
                          "%cluster_nctaid.z": 1}
         self.smem = np.zeros(shared_bytes, np.uint8)
+        # per byte: the thread (rank * 1024 + tid) whose generic-proxy write no fence.proxy.async has covered yet,
+        # -1 for none, and the line of that write (ptx.emulate.warpgroup, "Proxies")
+        self.generic_writer = np.full(shared_bytes, -1, np.int32)
+        self.generic_line = np.zeros(shared_bytes, np.int32)
         self.exited = np.zeros(threads, bool)
         self.barriers = {}  # mbarriers by shared address
         self.named = NamedBarriers(lambda: int((~self.exited).sum()))
@@ -159,7 +164,9 @@ def run_kernel(ptx: str, kernel: str, grid, threads: int, shared_bytes: int, arg
     ``args`` by parameter name (the PTX's ``{kernel}_param_{name}``): a FakeTensorMap is a by-value tensor map
     (``mov.b64 %rd, param`` gives its address), an ndarray a global buffer (written in place), an int a scalar.
     ``preempt``: yield after every mbarrier.arrive / bar.arrive / barrier.cluster.arrive; ``seed``: pick the
-    next warpgroup at random (reproducibly) instead of round-robin. ``max_steps`` is per CTA."""
+    next warpgroup at random (reproducibly) instead of round-robin. ``max_steps`` is per CTA.
+    Inside a ptx.emulate.session.capture the PTX may be edited first and the run is recorded."""
+    ptx, record = session.prepare(ptx, kernel, "warpgroups", threads)
     program, nctaid = Program(ptx, kernel), grid_2d(grid)
     if not 1 <= cluster <= CLUSTER_RANKS or nctaid[0] % cluster:
         raise EmulationError(f"cluster of {cluster} CTAs for a grid of {nctaid}: the cluster size must be 1.."
@@ -183,11 +190,16 @@ def run_kernel(ptx: str, kernel: str, grid, threads: int, shared_bytes: int, arg
             ctas = [ScheduledCTA(program, params, symbols, tensor_maps, memory, (x + rank, y), nctaid, threads,
                                  shared_bytes, preempt=preempt, rng=rng, max_steps=max_steps, cluster=group)
                     for rank in range(cluster)]
-            group.run()
-            stats.clusters += 1
-            for cta in ctas:
-                stats.ctas, stats.steps, stats.switches = stats.ctas + 1, stats.steps + cta.steps, \
-                    stats.switches + cta.switches
+            try:
+                group.run()
+            finally:  # a run that stops on an error still counts what it executed
+                stats.clusters += 1
+                for cta in ctas:
+                    stats.ctas, stats.steps, stats.switches = stats.ctas + 1, stats.steps + cta.steps, \
+                        stats.switches + cta.switches
+                if record is not None:
+                    record.update(ctas=stats.ctas, clusters=stats.clusters, steps=stats.steps,
+                                  switches=stats.switches, cluster=cluster)
     return stats
 
 

@@ -85,6 +85,7 @@ class PendingStore:
     x: int
     y: int
     smem_address: int
+    reduce: str | None = None  # "add": cp.reduce.async.bulk.tensor adds the box into global memory
 
     def perform(self, smem: np.ndarray):
         addresses = box_addresses(self.tmap, self.smem_address)
@@ -93,7 +94,14 @@ class PendingStore:
         if not self.tmap.data.flags.c_contiguous:
             raise EmulationError("a tensor map that is stored through needs C-contiguous data")
         inside, offsets, flat = _window(self.tmap, self.x, self.y)
-        flat[offsets] = smem[addresses][inside]
+        if self.reduce is None:
+            flat[offsets] = smem[addresses][inside]
+        elif self.reduce == "add" and self.tmap.dtype == np.float32:  # element-wise, in the tensor's type
+            values = np.ascontiguousarray(smem[addresses][inside]).view(np.float32)
+            old = flat[offsets].copy().view(np.float32)
+            flat[offsets] = (old + values).view(np.uint8)
+        else:
+            raise EmulationError(f"TMA reduce .{self.reduce} on {self.tmap.dtype} is not modelled")
 
 
 @dataclass

@@ -102,6 +102,13 @@ def tma_store_2d(tensormap_u64: str, x: str | int, y: str | int, shared_src: str
             f"[{tensormap_u64}, {{{x}, {y}}}], [{shared_src}];")
 
 
+# ISA "cp.reduce.async.bulk.tensor" (.add, .tile, .bulk_group): the TMA store that adds the box into global
+# memory instead of overwriting it (D = C + A*B in place), done by the copy engine at L2, with the same clipping.
+def tma_reduce_add_2d(tensormap_u64: str, x: str | int, y: str | int, shared_src: str) -> str:
+    return (f"cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group "
+            f"[{tensormap_u64}, {{{x}, {y}}}], [{shared_src}];")
+
+
 # ISA "cp.async.bulk.commit_group": close this thread's group of bulk copies issued so far.
 def bulk_commit_group() -> str:
     return "cp.async.bulk.commit_group;"
@@ -149,6 +156,6 @@ def cluster_sync() -> str:
 __all__ = [
     "pipeline_slot", "producer_wait_parity", "advance", "mbarrier_init", "fence_mbarrier_init",
     "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_wait_parity", "fence_proxy_async",
-    "tensormap_address", "prefetch_tensormap", "tma_load_2d", "tma_store_2d", "bulk_commit_group", "bulk_wait_group",
+    "tensormap_address", "prefetch_tensormap", "tma_load_2d", "tma_store_2d", "tma_reduce_add_2d", "bulk_commit_group", "bulk_wait_group",
     "cluster_rank", "mapa", "mbarrier_arrive_cluster", "tma_load_2d_multicast", "cluster_sync",
 ]

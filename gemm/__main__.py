@@ -1,0 +1,76 @@
+"""``python -m gemm COMMAND``: the library's command line.
+
+    python -m gemm prebuild --model deepseek-v3 --jobs 8      # compile a model's kernels into the disk cache
+    python -m gemm prebuild --shapes "2112,7168;24576,1536" --max-m 4096
+
+The benchmark has its own entry point, ``python -m gemm.bench``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parse_nk_shapes(text: str) -> list[tuple[int, int]]:
+    """ "N,K;N,K" (or NxK) -> [(N, K), ...]."""
+    shapes = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        try:
+            values = [int(v) for v in part.replace("x", ",").split(",")]
+        except ValueError:
+            values = []
+        if len(values) != 2 or min(values) <= 0:
+            raise argparse.ArgumentTypeError(f"shape {part!r}: expected N,K (two positive integers), "
+                                             "e.g. --shapes \"2112,7168;24576,1536\"")
+        shapes.append((values[0], values[1]))
+    return shapes
+
+
+def _add_prebuild(commands) -> None:
+    from gemm.prebuild import DEFAULT_MAX_M, MODELS
+    parser = commands.add_parser(
+        "prebuild", help="compile a model's kernels ahead of time into the disk cache",
+        description="Compile every kernel the heuristics pick for the given (N, K) shapes and M in 1..--max-m into "
+                    "the disk cache ($FP8LADDER_CACHE_DIR, default ~/.cache/fp8-ladder). No GPU needed. The cache "
+                    "is keyed by content: copy the directory to other machines and point FP8LADDER_CACHE_DIR at it.")
+    parser.add_argument("--shapes", type=parse_nk_shapes, default=[], metavar="N,K;N,K",
+                        help='(N, K) pairs, e.g. "2112,7168;24576,1536"')
+    parser.add_argument("--model", choices=MODELS, help="a preset list of (N, K) (with --shapes: both)")
+    parser.add_argument("--max-m", type=int, default=DEFAULT_MAX_M, help="largest M served (default %(default)s)")
+    parser.add_argument("--sm-count", type=int, default=None,
+                        help="SMs the server uses (set_num_sms); default: device 0's, 132 (H100) without a GPU")
+    parser.add_argument("--jobs", "-j", type=int, default=1, help="parallel compile processes (default 1)")
+    parser.add_argument("--cache-dir", default=None, help="write here instead of $FP8LADDER_CACHE_DIR")
+    parser.add_argument("--quiet", "-q", action="store_true", help="print only the summary")
+    parser.set_defaults(run=_run_prebuild)
+
+
+def _run_prebuild(args) -> int:
+    from gemm.prebuild import prebuild
+    if not args.shapes and not args.model:
+        print("prebuild: give --shapes \"N,K;N,K\" and/or --model (e.g. --model deepseek-v3)", file=sys.stderr)
+        return 2
+
+    def progress(kernel, compiled):
+        if not args.quiet:
+            print(f"  {'compiled' if compiled else 'cached  '}  {kernel.describe()}", flush=True)
+    report = prebuild(args.shapes, model=args.model, max_m=args.max_m, num_sms=args.sm_count, jobs=args.jobs,
+                      cache_dir=args.cache_dir, progress=progress)
+    print(report.summary())
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gemm", description="fp8-ladder's GEMM library: commands.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_prebuild(commands)  # further commands: one _add_<name>(commands) each
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except ValueError as error:
+        print(f"{args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
