@@ -14,12 +14,19 @@ The K tile is exactly one scale group (128), so the promotion happens once per t
 Bank conflicts: thread (ty, tx) reads a_tile[ty, k] (one address per warp: a broadcast) and
 b_tile[tx, k]; b_tile rows are padded to 129 floats so the 32 threads of a warp hit 32 different banks.
 
-Measured: 5.93 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.03x stage 01 (results/ladder.json, `python -m lessons ladder`).
+Speed of light: still the L1/shared-memory port, with 16.5x fewer bytes per flop. Per k a warp reads
+a_tile[ty, k] (one address, a broadcast: one wavefront) and b_tile[tx, k] (32 banks: one wavefront) for 32
+FFMAs: 2 x 128 B per 64 flop, so 33.45 TB/s / 4 B per flop = 8.36 TFLOP/s. Staging (the global loads, the
+decode, two barriers per K group) comes on top, which is where the rest of the time goes.
+
+Measured: 5.93 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.03x stage 01; 71% of its speed of light
+(L1/smem, 8.36 TFLOP/s), 0.3% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 from numba import cuda
 
 from gemm.validate import check_gemm_args
-from lessons.numba_fp8 import GROUP, e4m3_to_f32, f32_to_bf16_bits, float32, kernel_array, launch_stream
+from lessons.numba_fp8 import (GROUP, device_function, e4m3_to_f32, f32_to_bf16_bits, float32, kernel_array,
+                               launch_stream)
 
 IDEA = "stage a K group of A and B through shared memory, decoded to float32 once per block"
 KIND = "numba"
@@ -27,6 +34,25 @@ KIND = "numba"
 TILE = 32  # BLOCK_M = BLOCK_N = 32 threads on each side, one output each
 BLOCK_K = GROUP  # one scale group per shared-memory tile
 B_PITCH = BLOCK_K + 1  # padding: b_tile[tx, k] across a warp lands in 32 different banks
+BANKS = 32  # shared memory: 32 banks of 4-byte words; word w is in bank w % 32
+
+
+@device_function
+def output_element(block_x, block_y, tx, ty):
+    """(m, n) of the element of D that thread (tx, ty) of block (block_x, block_y) computes (warp = one row)."""
+    return block_y * TILE + ty, block_x * TILE + tx
+
+
+@device_function
+def staged_k(step, tx):
+    """The K byte (0..127 of the group) that thread x ``tx`` decodes into the tiles in staging step ``step``."""
+    return step * TILE + tx
+
+
+def shared_word(row: int, k: int, pitch: int) -> int:
+    """Word offset of ``tile[row, k]`` in a ``cuda.shared.array((rows, pitch), float32)``: Numba's arrays are
+    C-ordered, so a_tile (pitch BLOCK_K) and b_tile (pitch B_PITCH) put it at row * pitch + k, in bank % BANKS."""
+    return row * pitch + k
 
 
 @cuda.jit
@@ -37,14 +63,13 @@ def smem_tiling_kernel(a, sa, b, sb, d, m_size, n_size, groups):
     ty = cuda.threadIdx.y
     m0 = cuda.blockIdx.y * TILE
     n0 = cuda.blockIdx.x * TILE
-    m = m0 + ty
-    n = n0 + tx
+    m, n = output_element(cuda.blockIdx.x, cuda.blockIdx.y, tx, ty)
     total = float32(0.0)
     for g in range(groups):
         k0 = g * GROUP
         # Stage: thread (ty, tx) decodes bytes tx, tx+32, tx+64, tx+96 of row ty of both tiles.
         for step in range(BLOCK_K // TILE):
-            k = step * TILE + tx
+            k = staged_k(step, tx)
             a_tile[ty, k] = e4m3_to_f32(a[m0 + ty, k0 + k]) if m0 + ty < m_size else float32(0.0)
             b_tile[ty, k] = e4m3_to_f32(b[n0 + ty, k0 + k]) if n0 + ty < n_size else float32(0.0)
         cuda.syncthreads()

@@ -9,12 +9,12 @@ of >= 8 FFMAs in the SASS (``nvdisasm -hex``), flips the bits by a rule (``deepg
 a flip whenever the scale register is new or the previous FFMA kept its reuse; ``every_other``), writes the cubin
 back and disassembles it again to prove that nothing else changed.
 
-Measured facts first, as the issue asked (``count_yielding_ffma`` on the SASS ptxas 13.0 writes): it already
-emits the alternating yield/no-reuse pattern for CTAs of more than 8 warps and none for 8 warps or fewer. The
-production 256 x 128 kernel (384 threads, two waves): 64 of its 128 promotion FFMAs yield before any pass, and
-DeepGEMM's rule flips 2; this stage's 128 x 128 kernel: 32 of 64, and the rule flips 1. A 256-thread kernel (one
-math warpgroup, 64 x 128 tiles): 0 of 64 yield, and the rule flips 18. Whether that is worth anything is a
-timing question: ``results/ffma_pass.json`` (``python tools/sweep_configs.py bench production
+Measured facts first (``count_yielding_ffma`` on the SASS ptxas 13.0 writes): it already emits the alternating
+yield/no-reuse pattern for CTAs of more than 8 warps and none for 8 warps or fewer. The production 256 x 128 kernel
+(384 threads, two waves): 64 of its 128 promotion FFMAs yield before any pass, and DeepGEMM's rule flips 2; this
+stage's 128 x 128 kernel: 32 of 64, and the rule flips 1. A 256-thread kernel (one math warpgroup, 64 x 128 tiles):
+0 of 64 yield, and the rule flips 18. Whether that is worth anything is a timing question:
+``results/ffma_pass.json`` (``python tools/sweep_configs.py bench production
 "production:post_passes=('ffma_deepgemm',)" "production:post_passes=('ffma_every_other',)"``) has every shape with
 and without the pass, and the production heuristics enable it only if it measured faster
 (``FP8LADDER_FFMA_INTERLEAVE=deepgemm|every_other`` turns it on by hand).
@@ -22,7 +22,11 @@ and without the pass, and the production heuristics enable it only if it measure
 The config is stage 09's plus ``post_passes=("ffma_deepgemm",)``; the "emitter" is the pass,
 :func:`ptx.passes.interleave_ffma`, applied in :func:`gemm.kernel.launch.cubin`.
 
-Measured: 1,233 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.00x stage 09 (results/ladder.json, `python -m lessons ladder`).
+Speed of light: stage 09's, the FP8 tensor cores at 1979 TFLOP/s dense; the pass changes when warps issue, not what
+they compute, so the most it can buy is promotion time that still stalls the tensor cores.
+
+Measured: 1,233 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.00x stage 09; 62% of its speed of light
+(FP8 QGMMA, 1,979 TFLOP/s), 62% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 import lessons
 from lessons.generated import GeneratedStage

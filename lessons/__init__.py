@@ -9,8 +9,13 @@ Every GEMM stage is a module ``lessons/NN_idea.py`` (or a package ``lessons/NN_i
   stored M-major with M padded to 4 (``gemm.sa_to_mn_major``), ``sb`` (N/128, K/128) float32, ``d`` (M, N)
   BF16 (uint16 bits or bfloat16). ``stream`` is a CUDA stream handle (int) or None for the default stream.
   The launch is asynchronous and safe to capture in a CUDA graph once the shape has run once.
-* PTX stages also expose ``generate(m, n, k) -> str`` (the PTX text for that shape) so that
-  ``python -m lessons inspect`` and the CPU tests can assemble them without a GPU.
+* PTX stages also expose ``generate(m, n, k) -> str`` (the PTX text for that shape); Numba stages expose
+  ``KERNEL`` (the ``@cuda.jit`` kernel) and ``OPERAND_DTYPE`` (how it reads A and B). With them
+  ``python -m lessons inspect`` and the CPU tests compile any stage for sm_90a without a GPU.
+
+Each stage's docstring tells its story once: the one idea, what changed vs the stage before, its speed of light
+(the unit that bounds it; the rates are :data:`lessons.ladder.UNITS`) and what it measured (the "Measured:"
+paragraph, rewritten from ``results/ladder.json`` by ``tools/render_docs.py``). The notebooks print it.
 
 Module names start with digits, so load them with :func:`stage`.
 """

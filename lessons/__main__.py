@@ -1,7 +1,7 @@
 """``python -m lessons ladder|inspect|diff|ablate``: run the ladder, look inside a stage, compare two, ablate one.
 
     python -m lessons ladder [--m 4096 --n 4096 --k 7168] [--stages 1,2,3] [--no-peer] [--out results]
-    python -m lessons inspect 6 [--m 4096 --n 4096 --k 7168]
+    python -m lessons inspect 3         # PTX excerpt, registers, spills, SASS opcodes, speed of light (no GPU needed)
     python -m lessons diff 6 7          # config, PTX and SASS-opcode difference (no GPU needed)
     python -m lessons ablate 8          # each bundled idea of a stage turned off, timed (GPU)
 """
@@ -12,30 +12,68 @@ import os
 import sys
 from pathlib import Path
 
+import lessons
+
+COMMANDS = {
+    "ladder": "check and time every GEMM stage against cuBLAS, with each stage's speed of light (without a GPU: "
+              "simulate, compile, and table the committed GPU run)",
+    "inspect": "PTX excerpt, registers, spills, shared memory and SASS opcodes of any stage 0-10 (no GPU needed)",
+    "diff": "config, PTX and SASS difference between two PTX stages (no GPU needed)",
+    "ablate": "time a stage with each of its bundled ideas turned off (GPU)",
+}
+
+
+def _stage_names() -> str:
+    return ", ".join(f"{n:02d} {name.split('_', 1)[1]}" for n, name in sorted(lessons.STAGES.items()))
+
+
+def _stage_number(text: str) -> int:
+    """A stage number that exists: anything else is a usage error naming the stages, not a traceback."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = None
+    if number not in lessons.STAGES:
+        low, high = min(lessons.STAGES), max(lessons.STAGES)
+        raise argparse.ArgumentTypeError(f"no stage {text!r}: stages are {low}-{high} ({_stage_names()})")
+    return number
+
 
 def _stage_list(text: str) -> list[int]:
     """"1,2,5" or "1-6" (or a mix) -> sorted stage numbers."""
     numbers = set()
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        low, _, high = part.partition("-")
-        numbers.update(range(int(low), int(high or low) + 1))
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            low, _, high = part.partition("-")
+            numbers.update(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected stage numbers like "1,2,3" or "1-6", got {text!r}') from None
+    unknown = sorted(numbers - set(lessons.GEMM_STAGES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"no GEMM stage {unknown}: the ladder's stages are "
+                                         f"{min(lessons.GEMM_STAGES)}-{max(lessons.GEMM_STAGES)}")
     return sorted(numbers)
 
 
 def _shape(text: str) -> tuple[int, int, int]:
-    values = tuple(int(v) for v in text.replace("x", ",").split(","))
+    try:
+        values = tuple(int(v) for v in text.replace("x", ",").split(","))
+    except ValueError:
+        values = ()
     if len(values) != 3:
         raise argparse.ArgumentTypeError(f"expected M,N,K, got {text!r}")
     return values
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m lessons", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    ladder = commands.add_parser("ladder", help="check and time every GEMM stage against cuBLAS")
-    inspect = commands.add_parser("inspect", help="registers, spills, shared memory and SASS opcodes of a stage")
-    diff = commands.add_parser("diff", help="config, PTX and SASS difference between two PTX stages")
-    ablate = commands.add_parser("ablate", help="time a stage with each of its bundled ideas turned off (GPU)")
+    parser = argparse.ArgumentParser(prog="python -m lessons", description="The FP8 GEMM ladder: run it, look inside "
+                                     "a stage, compare two, ablate one.",
+                                     epilog="examples:\n" + "\n".join(__doc__.split("\n")[2:]).rstrip(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}",
+                                     title="commands (python -m lessons COMMAND -h for its options)")
+    ladder, inspect, diff, ablate = (commands.add_parser(name, help=text, description=text)
+                                     for name, text in COMMANDS.items())
     for sub in (ladder, inspect, diff, ablate):
         sub.add_argument("--m", type=int, default=4096, help="rows of A and D (default 4096)")
         sub.add_argument("--n", type=int, default=4096, help="rows of B, columns of D (default 4096)")
@@ -45,19 +83,25 @@ def _parser() -> argparse.ArgumentParser:
     ladder.add_argument("--out", type=Path, default=Path("results"), help="folder for ladder.json and .png")
     ladder.add_argument("--sim-shape", type=_shape, default=(32, 48, 256),
                         help="M,N,K for the simulator run when there is no GPU (default 32,48,256)")
-    inspect.add_argument("stage", type=int)
-    diff.add_argument("before", type=int)
-    diff.add_argument("after", type=int)
-    ablate.add_argument("stage", type=int)
+    inspect.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
+    diff.add_argument("before", type=_stage_number)
+    diff.add_argument("after", type=_stage_number)
+    ablate.add_argument("stage", type=_stage_number)
     ablate.add_argument("--out", type=Path, default=Path("results"), help="folder for ablation_NN.json")
     return parser
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # no command: say what there is
+        parser.print_help()
+        return 0
     from ptx.device import has_gpu
-    if not has_gpu():
-        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before anything imports numba.cuda
+    if args.command == "ladder" and not has_gpu():
+        # the Numba stages' correctness run needs the simulator; set before anything imports numba.cuda. inspect and
+        # diff only compile (NVVM needs no GPU), so they leave it off.
+        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     if args.command == "ladder":
         from lessons.ladder import main as ladder
         return ladder(args)
@@ -66,7 +110,10 @@ def main(argv=None) -> int:
         return diff(args.before, args.after, args.m, args.n, args.k)
     if args.command == "ablate":
         from lessons.ablate import ablate
-        return ablate(args.stage, args.m, args.n, args.k, args.out)
+        try:
+            return ablate(args.stage, args.m, args.n, args.k, args.out)
+        except ValueError as error:  # a stage that bundles nothing to ablate
+            parser.exit(2, f"python -m lessons ablate: {error}\n")
     from lessons.inspect_stage import inspect
     return inspect(args.stage, args.m, args.n, args.k)
 

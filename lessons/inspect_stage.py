@@ -1,14 +1,28 @@
-"""``python -m lessons inspect STAGE``: what the compiler made of a stage, without running it.
+"""``python -m lessons inspect STAGE``: what the compiler made of a stage, without running it. No GPU needed.
 
-For a PTX stage: registers, spills, shared and local memory per kernel (from nvJitLink's resource report)
-and counts of the SASS opcodes that tell the story of the ladder: HMMA (mma.sync), QGMMA (wgmma on FP8),
-FFMA (the promotion), UTMALDG (TMA loads), SYNCS (mbarriers), LDGSTS (cp.async), LDSM (ldmatrix). No GPU
-needed: the PTX is generated for the shape and assembled for sm_90a on the CPU.
-For a Numba stage: the kernels' resources once Numba has compiled them, which needs a GPU.
+Every stage, Numba or PTX, takes the same path to machine code, and all of it runs on a CPU:
+
+* its PTX: a PTX stage's ``generate(m, n, k)`` (the shape baked in); a Numba stage's kernel through
+  ``numba.cuda.compile_ptx`` for compute capability 9.0 (NVVM only, no driver; the shape stays a run-time
+  argument, so the PTX does not depend on it);
+* assembled for sm_90a by :func:`ptx.compile.compile_ptx` (nvJitLink, or ptxas for ``setmaxnreg`` kernels;
+  stage 10 also runs its cubin pass);
+* then printed: an excerpt of the PTX (the header and the first uses of the instructions that carry the stage's
+  idea), registers, spills, shared and local memory per kernel (the assembler's report), and counts of the
+  SASS opcodes that tell the story of the ladder: FFMA (the products in 01-03, the promotion after), LDS/LDG,
+  HMMA (mma.sync), QGMMA (wgmma on FP8), UTMALDG (TMA loads), SYNCS (mbarriers), LDGSTS (cp.async), LDSM
+  (ldmatrix), USETMAXREG, STSM and UTMASTG; and the stage's speed of light from :mod:`lessons.ladder`.
 """
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import lessons
 
@@ -18,6 +32,21 @@ KEY_OPCODES = [
 ]
 RESOURCE_FIELDS = ["registers", "spill_stores", "spill_loads", "stack_frame", "shared_bytes", "local_bytes",
                    "barriers"]
+# The PTX instructions that carry each stage's idea: the excerpt shows the first uses of each
+PTX_KEYWORDS = {
+    0: ["ld.global", "cvt.rn.f16x2.e4m3x2", "cvt.rn.bf16x2.f32", "st.global"],
+    1: ["ld.global", "fma.rn.f32", "st.global"],
+    2: ["ld.global", "st.shared.f32", "bar.sync", "ld.shared.f32", "fma.rn.f32"],
+    3: ["ld.global.u64", "st.shared.f32", "ld.shared.v4.f32", "fma.rn.f32"],
+    4: ["cp.async", "ldmatrix", "mma.sync", "fma.rn.f32"],
+    5: ["cp.async", "fence.proxy.async", "wgmma.mma_async", "wgmma.wait_group"],
+    6: ["mbarrier.init", "cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async"],
+    7: ["setmaxnreg", "cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async"],
+    8: ["%nctaid", "stmatrix", "cp.async.bulk.tensor.2d.global", "cp.async.bulk.wait_group"],
+    9: ["%cluster_ctarank", "barrier.cluster", ".multicast::cluster", "mapa"],
+    10: ["wgmma.mma_async", "fma.rn.f32"],
+}
+LINE_WIDTH = 118  # excerpt lines are cut here (wgmma lines list 64 registers, Numba's entry names are mangled)
 
 
 def key_opcode_counts(counts) -> dict[str, int]:
@@ -30,100 +59,183 @@ def key_opcode_counts(counts) -> dict[str, int]:
     return grouped
 
 
+def _cubin_report(cubin, ptx: str, *, kind: str, shape, dynamic_shared: int, seconds: float,
+                  names: dict[str, str] | None = None, static_shared: int = 0) -> dict:
+    from ptx.sass import disassemble, opcode_counts
+    instructions = disassemble(cubin)
+    kernels = {}
+    for name, res in cubin.resources.items():
+        fields = {f: getattr(res, f, None) for f in RESOURCE_FIELDS}
+        fields["shared_bytes"] = max(fields["shared_bytes"] or 0, static_shared)
+        kernels[(names or {}).get(name, name)] = fields
+    return {"kind": kind, "shape": list(shape), "arch": getattr(cubin, "arch", "sm_90a"), "kernels": kernels,
+            "dynamic_shared_bytes": dynamic_shared, "ptx": ptx, "instructions": len(instructions),
+            "opcodes": key_opcode_counts(opcode_counts(instructions)), "assemble_seconds": seconds}
+
+
 def ptx_report(module, m: int, n: int, k: int) -> dict:
     """Assemble a PTX stage for (m, n, k) and describe the cubin: resources per kernel and key opcodes."""
     from ptx.compile import compile_ptx
-    from ptx.sass import disassemble, opcode_counts
     started = time.perf_counter()
-    cubin = module.cubin(m, n, k) if hasattr(module, "cubin") else compile_ptx(module.generate(m, n, k))
-    assembled = time.perf_counter() - started
-    instructions = disassemble(cubin)
-    kernels = {name: {f: getattr(res, f, None) for f in RESOURCE_FIELDS} for name, res in cubin.resources.items()}
+    ptx = module.generate(m, n, k)
+    cubin = module.cubin(m, n, k) if hasattr(module, "cubin") else compile_ptx(ptx)
     dynamic = module.shared_bytes(m, n, k) if hasattr(module, "shared_bytes") else 0
-    return {"kind": "ptx", "shape": [m, n, k], "arch": getattr(cubin, "arch", "sm_90a"), "kernels": kernels,
-            "dynamic_shared_bytes": dynamic,
-            "instructions": len(instructions), "opcodes": key_opcode_counts(opcode_counts(instructions)),
-            "assemble_seconds": assembled}
+    return _cubin_report(cubin, ptx, kind="ptx", shape=(m, n, k), dynamic_shared=dynamic,
+                         seconds=time.perf_counter() - started)
 
 
-def _numba_kernels(module) -> dict:
-    """The module's Numba kernels (not device functions), by name."""
-    kernels = {}
-    for name, value in vars(module).items():
-        if type(value).__name__ not in ("CUDADispatcher", "FakeCUDAKernel"):
-            continue
-        is_device_function = getattr(value, "targetoptions", {}).get("device") or getattr(value, "_device", False)
-        if not is_device_function:
-            kernels[name] = value
-    return kernels
+# ------------------------------------------------------------------------------------------ Numba stages
+
+_CHILD = """
+import json, sys
+import lessons
+from lessons.numba_fp8 import kernel_ptx
+out = {}
+for number in json.loads(sys.argv[1]):
+    stage = lessons.stage(number)
+    out[number] = kernel_ptx(stage.KERNEL, stage.OPERAND_DTYPE)
+print(json.dumps(out))
+"""
 
 
-def numba_report(module) -> dict:
-    """Resources of the kernels Numba has compiled so far in this process (run the stage once first)."""
-    report = {"kind": "numba", "kernels": {}}
-    for name, kernel in _numba_kernels(module).items():
-        if not hasattr(kernel, "get_regs_per_thread"):  # the simulator compiles nothing
-            report["kernels"][name] = None
-            continue
-        for signature, compiled in list(getattr(kernel, "overloads", {}).items()):
-            report["kernels"][f"{name}{tuple(str(t) for t in signature)}"] = {
-                "registers": compiled.regs_per_thread,
-                "shared_bytes": compiled.shared_mem_per_block,
-                "local_bytes": compiled.local_mem_per_thread,
-            }
-    return report
+def numba_stage_ptx(numbers: list[int]) -> dict[int, str]:
+    """PTX of Numba stages' kernels for compute capability 9.0 (NVVM; no GPU, no driver).
+
+    In this process when Numba's CUDA simulator is off; when it is on (it compiles nothing: the ladder without a
+    GPU, the tests), in one child process without it.
+    """
+    from numba import config
+    if not numbers:
+        return {}
+    if not config.ENABLE_CUDASIM:
+        from lessons.numba_fp8 import kernel_ptx
+        return {n: kernel_ptx(lessons.stage(n).KERNEL, lessons.stage(n).OPERAND_DTYPE) for n in numbers}
+    root = str(Path(lessons.__file__).resolve().parent.parent)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    result = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(numbers)], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"numba.cuda.compile_ptx failed: {last}")
+    return {int(key): text for key, text in json.loads(result.stdout.strip().splitlines()[-1]).items()}
 
 
-def format_ptx_report(report: dict) -> str:
+def _static_shared(ptx: str) -> int:
+    """Bytes of the module-level ``.shared`` arrays a PTX module declares (how Numba emits cuda.shared.array;
+    ptxas's per-kernel report leaves them out)."""
+    return sum(int(size) for size in re.findall(r"^\s*\.visible\s+\.shared\s+.*?\[(\d+)\]", ptx, re.MULTILINE))
+
+
+def _python_name(mangled: str) -> str:
+    """``_ZN7lessons9_01_naive12naive_kernelB2v1...`` -> ``naive_kernel`` (the last name of the mangled path)."""
+    if not mangled.startswith("_ZN"):
+        return mangled
+    text, parts = mangled[3:], []
+    while (match := re.match(r"\d+", text)):
+        size, start = int(match.group()), match.end()
+        parts.append(text[start:start + size])
+        text = text[start + size:]
+    return parts[-1] if parts else mangled
+
+
+def numba_report(module, ptx: str) -> dict:
+    """Assemble a Numba stage's PTX (from :func:`numba_stage_ptx`) and describe the cubin like a PTX stage's."""
+    from ptx.compile import compile_ptx
+    started = time.perf_counter()
+    cubin = compile_ptx(ptx)
+    names = {name: _python_name(name) for name in cubin.resources}
+    return _cubin_report(cubin, ptx, kind="numba", shape=(), dynamic_shared=0, names=names,
+                         static_shared=_static_shared(ptx), seconds=time.perf_counter() - started)
+
+
+# ------------------------------------------------------------------------------------------ printing
+
+def ptx_excerpt(text: str, keywords, per_keyword: int = 2, width: int = LINE_WIDTH) -> str:
+    """The module header and entry points, then the first lines that use each keyword (with line numbers)."""
+    lines = text.splitlines()
+    header = (".version", ".target", ".maxntid", ".reqnctapercluster", ".visible .shared", ".extern .shared")
+    picked = {i for i, line in enumerate(lines) if line.lstrip().startswith(header) or ".entry" in line}
+    counts = []
+    for word in keywords:
+        hits = [i for i, line in enumerate(lines) if word in line]
+        counts.append(f"{word} {len(hits)}")
+        picked.update(hits[:per_keyword])
+    out = [f"PTX: {len(lines)} lines; lines using {', '.join(counts)}"]
+    previous = -1
+    for i in sorted(picked):
+        if i != previous + 1:
+            out.append("    ...")
+        line = lines[i].replace("\t", " ")
+        out.append(f"{i + 1:5d}  {line if len(line) <= width - 7 else line[:width - 11] + ' ...'}")
+        previous = i
+    return "\n".join(out)
+
+
+def format_report(report: dict) -> str:
     lines = []
     for name, res in report["kernels"].items():
-        lines.append(f"kernel {name}")
-        lines.append("  " + ", ".join(f"{f} {res[f]}" for f in RESOURCE_FIELDS if res.get(f) is not None))
+        lines.append(f"kernel {name if len(name) <= LINE_WIDTH - 7 else name[:LINE_WIDTH - 11] + ' ...'}")
+        lines.append(_wrap(", ".join(f"{f} {res[f]}" for f in RESOURCE_FIELDS if res.get(f) is not None), "  "))
         if res.get("spill_stores") or res.get("spill_loads") or res.get("local_bytes"):
             lines.append("  WARNING: spills or local memory: registers are not enough for this tiling")
-    dynamic = report.get("dynamic_shared_bytes", 0)
-    lines.append(f"  dynamic shared memory at launch: {dynamic} bytes ({dynamic / 1024:.1f} KiB); "
-                 "shared_bytes above is the static allocation")
+    if report["kind"] == "ptx":
+        dynamic = report.get("dynamic_shared_bytes", 0)
+        lines.append(f"  dynamic shared memory at launch: {dynamic} bytes ({dynamic / 1024:.1f} KiB); "
+                     "shared_bytes above is the static allocation")
     shown = {op: c for op, c in report["opcodes"].items() if c}
-    lines.append(f"SASS: {report['instructions']} instructions; key opcodes: "
-                 + (", ".join(f"{op} {c}" for op, c in shown.items()) or "none"))
-    lines.append(f"assembled for {report['arch']} in {report['assemble_seconds']:.2f} s "
-                 f"(shape {'x'.join(map(str, report['shape']))})")
+    lines.append(_wrap(f"SASS: {report['instructions']} instructions; key opcodes: "
+                       + (", ".join(f"{op} {c}" for op, c in shown.items()) or "none")))
+    shape = f" (shape {'x'.join(map(str, report['shape']))})" if report["shape"] else ""
+    lines.append(f"assembled for {report['arch']} in {report['assemble_seconds']:.2f} s{shape}")
     return "\n".join(lines)
 
 
-def _run_numba_stage_once(module) -> None:
-    """Numba compiles at the first call: make one on a small problem so there is something to report."""
-    import numpy as np
-    from numba import cuda
+def _speed_of_light_lines(number: int, m: int, n: int, k: int) -> str | None:
+    from gemm.testing import three_digits
+    from lessons.ladder import committed_summary, speed_of_light
+    bound = speed_of_light(number, m, n, k)
+    if bound is None:
+        return None
+    return "\n".join([
+        f"speed of light at {m}x{n}x{k} on an H100 SXM: {bound['bound_unit']} at {bound['unit_rate']} allows "
+        f"{three_digits(bound['bound_tflops'])} TFLOP/s",
+        _wrap(bound["why"], indent="  "), "measured:", textwrap.indent(committed_summary(number), "  ")])
 
-    from gemm.fp8 import random_problem
-    from gemm.harness import device_problem
-    problem = device_problem(*random_problem(128, 128, 256, np.random.default_rng()))
-    module.gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)
-    cuda.synchronize()
+
+def _wrap(text: str, indent: str = "", width: int = LINE_WIDTH) -> str:
+    return "\n".join(textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent or "  ")
+                     for line in text.splitlines())
 
 
 def inspect(number: int, m: int, n: int, k: int) -> int:
     module = lessons.stage(number)
-    print(f"stage {number:02d} ({lessons.STAGES[number]}): {getattr(module, 'IDEA', '?')}")
+    print(_wrap(f"stage {number:02d} ({lessons.STAGES[number]}): {getattr(module, 'IDEA', '?')}"))
     kind = getattr(module, "KIND", None)
-    if kind == "ptx" or hasattr(module, "generate"):
-        try:
+    try:
+        if hasattr(module, "generate"):
             report = ptx_report(module, m, n, k)
-        except Exception as error:  # e.g. a shape the stage does not support: say so, no traceback
-            print(f"could not assemble stage {number} for {m}x{n}x{k}: {type(error).__name__}: {error}")
+            if number == 0:  # the dequantization kernel: x is (M, K)
+                report["shape"] = [m, k]
+            print(f"PTX written by Python for this shape ({'x'.join(map(str, report['shape']))}), assembled for "
+                  "sm_90a on this machine")
+        elif kind == "numba":
+            if not hasattr(module, "KERNEL"):
+                print("a Numba stage without a KERNEL attribute: nothing to compile")
+                return 0
+            print("a Numba stage: its kernel through numba.cuda.compile_ptx for cc 9.0 (NVVM), assembled for sm_90a "
+                  "by nvJitLink;\nno GPU needed, and the shape is a run-time argument (the PTX does not depend on it)")
+            report = numba_report(module, numba_stage_ptx([number])[number])
+        else:
+            print(f"stage {number} is neither a PTX nor a Numba stage (KIND={kind!r}): nothing to compile")
             return 1
-        print(format_ptx_report(report))
-        return 0
-    from ptx.device import has_gpu
-    names = ", ".join(_numba_kernels(module)) or "none found"
-    print(f"a Numba stage (kernels: {names}).")
-    if not has_gpu():
-        print("Numba compiles its kernels only for a real GPU (none here: the simulator runs them as Python), "
-              "so registers and shared memory need a GPU. Its code is the Python in the stage's file.")
-        return 0
-    _run_numba_stage_once(module)
-    for name, res in numba_report(module)["kernels"].items():
-        print(f"kernel {name}\n  " + ", ".join(f"{f} {v}" for f, v in (res or {}).items()))
+    except Exception as error:  # e.g. a shape the stage does not support, or no NVVM: say so, no traceback
+        message = f"{type(error).__name__}: {error}".splitlines()[0]
+        print(f"could not compile stage {number} for {m}x{n}x{k}: {message}")
+        return 1
+    print(ptx_excerpt(report["ptx"], PTX_KEYWORDS.get(number, [])))
+    print(format_report(report))
+    lines = _speed_of_light_lines(number, m, n, k)
+    if lines:
+        print(lines)
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import lessons
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+TOPIC_NOTEBOOKS = [NOTEBOOK_DIR / "precision.ipynb"]  # not a stage: the numerics of FP8 scaling and promotion
 CELL_TIMEOUT_S = 600  # a GPU run compiles kernels and times the ladder shape; the CPU run takes seconds
 
 
@@ -84,7 +86,7 @@ def test_one_notebook_per_stage():
 
 def test_notebooks_are_valid_nbformat():
     nbformat = pytest.importorskip("nbformat")
-    for path in NOTEBOOKS:
+    for path in NOTEBOOKS + TOPIC_NOTEBOOKS:
         nbformat.validate(nbformat.read(path, as_version=4))
 
 
@@ -94,11 +96,47 @@ def test_notebooks_match_their_generator():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", NOTEBOOKS + TOPIC_NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS + TOPIC_NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, monkeypatch):
-    _skip_if_stage_missing(path)
+    if path in NOTEBOOKS:
+        _skip_if_stage_missing(path)
     if _have_jupyter():
         _use_this_interpreter_as_python3(tmp_path, monkeypatch)
         _run_with_nbclient(path)
     else:
         _run_as_script(path)
+
+
+# ------------------------------------------------------------------------------ cells that print arithmetic
+
+def _code_cell(name: str, marker: str) -> str:
+    cells = json.loads((NOTEBOOK_DIR / f"{name}.ipynb").read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and marker in "".join(c["source"])]
+    assert len(sources) == 1, f"{name}: one code cell with {marker!r} expected"
+    return sources[0]
+
+
+def _exec_cell(source: str, namespace: dict, capsys) -> str:
+    exec(compile(source, "<cell>", "exec"), namespace)
+    return capsys.readouterr().out
+
+
+def test_notebook_06_shared_memory_plan_adds_up(capsys):
+    """Each printed total is the sum of the terms printed beside it."""
+    out = _exec_cell(_code_cell("06_tma_pipeline", "stage.Plan("), {"stage": lessons.stage(6)}, capsys)
+    sums = re.findall(r"(\d+) stages x (\d+) B \(A (\d+) \+ B (\d+) \+ A's scales (\d+)\) \+ \d+ x (\d+) B mbarriers "
+                      r"\+ (\d+) B alignment slack = (\d+) B", out)
+    assert len(sums) == 3, out
+    for stages, stage_bytes, a, b, scales, barrier, slack, total in (map(int, s) for s in sums):
+        assert stage_bytes == a + b + scales and stages * (stage_bytes + barrier) + slack == total
+
+
+def test_timing_cells_say_what_the_first_stage_is_compared_with(capsys):
+    """The committed-results line has a number or a sentence where the speedup goes, never "-x"."""
+    if not (ROOT / "results" / "ladder.json").exists():
+        pytest.skip("no results/ladder.json")
+    for name in ("01_naive", "02_smem_tiling"):
+        out = _exec_cell(_code_cell(name, "committed_summary("), {"is_hopper": lambda: False}, capsys)
+        assert "-x" not in out and "speed of light" in out, out
+        if name == "01_naive":
+            assert "no stage before it" in out, out

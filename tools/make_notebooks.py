@@ -23,6 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the cell modules beside this file
+from emulator_cells import break_it_cells, emulator_cells  # noqa: E402
+from precision_notebook import cells as precision_cells  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------ cells shared
@@ -81,18 +84,11 @@ def check(m, n, k):
 
 def timing_cell(number: int, m: int = 4096, n: int = 4096, k: int = 7168) -> str:
     return f'''\
-import json
-from pathlib import Path
+from lessons.ladder import committed_summary, percent, speed_of_light
 
-# What the committed ladder run measured for this stage (results/ladder.json), GPU or not.
-ladder = Path(ROOT, "results", "ladder.json")
-if ladder.exists():
-    result = json.loads(ladder.read_text())
-    for row in result["rows"]:
-        if str(row.get("label", "")).startswith("{number:02d}"):
-            value = lambda key, spec: "-" if row.get(key) is None else format(row[key], spec)
-            print(f"ladder ({{result['device'].get('name', '?')}}, {{result['date'][:10]}}): {{value('time_us', ',.1f')}} us, "
-                  f"{{value('tflops', '.1f')}} TFLOP/s, {{value('speedup', '.2f')}}x the previous stage")
+# What the committed ladder run measured for this stage (results/ladder.json), GPU or not, and its speed of light
+# (the unit that bounds it: see the stage's docstring above and lessons.ladder.UNITS).
+print(committed_summary({number}))
 
 if is_hopper():
     from gemm.testing import bench_kernel
@@ -100,8 +96,11 @@ if is_hopper():
     a, sa, b, sb = to_device(*random_problem(m, n, k))
     d = cuda.device_array((m, n), np.uint16)
     timing = bench_kernel(lambda stream: stage.gemm(a, sa, b, sb, d, stream=stream))
-    print(f"now: M={{m}} N={{n}} K={{k}}: {{timing.median_us:.1f}} us, {{timing.tflops(flops(m, n, k)):.1f}} TFLOP/s, "
-          f"{{timing.gbps(gemm_bytes(m, n, k)):.0f}} GB/s")
+    tflops = timing.tflops(flops(m, n, k))
+    bound = speed_of_light({number}, m, n, k)
+    print(f"now: M={{m}} N={{n}} K={{k}}: {{timing.median_us:.1f}} us, {{tflops:.1f}} TFLOP/s, "
+          f"{{timing.gbps(gemm_bytes(m, n, k)):.0f}} GB/s, {{percent(100 * tflops / bound['bound_tflops'])}} of its "
+          f"speed of light ({{bound['bound_unit']}})")
 else:
     print("Timings need a Hopper GPU (there is none here). With one: python -m lessons ladder")'''
 
@@ -226,7 +225,14 @@ if importlib.util.find_spec({m!r}):  # the device helpers the Numba stages share
 # The simulator runs every GPU thread as a Python thread: tiny shapes there, real ones on a GPU.
 shapes = {shapes_gpu!r} if has_gpu() else {shapes_sim!r}
 for m, n, k in shapes:
-    check(m, n, k)'''),
+    check(m, n, k)
+
+# For scale, a wrong kernel: the first K group's scales applied to every group (on the host, float64)
+a, sa, b, sb = random_problem(256, 256, 1024)
+first_group_only = reference_gemm(a, np.repeat(sa[:, :1], sa.shape[1], axis=1), b,
+                                  np.repeat(sb[:, :1], sb.shape[1], axis=1))
+print(f"first group's scales for every group: diff = {{calc_diff(first_group_only, reference_gemm(a, sa, b, sb)):.1e}}"
+      " (pass mark 1e-3)")'''),
         markdown(TIMING_NOTE),
         code(timing_cell(number)),
     ]
@@ -285,8 +291,9 @@ CHECK_NOTE_NUMBA = """\
 Fresh random FP8 operands (per-row and per-column magnitudes spread over 2^-4..2^4, so a wrong scale shows),
 the output poisoned with NaN before the launch, then DeepGEMM's measure against a float64 product of the
 dequantized inputs: `diff = 1 - 2·Σxy / Σ(x² + y²)`. The pass mark is 1e-3, but a correct kernel lands near
-1e-6: that is the BF16 rounding of the output and nothing else. A kernel that applied the first K group's
-scales to every group would sit near 4e-2.
+1e-6: that is the BF16 rounding of the output and nothing else. The last lines of the cell below show what a
+classic promotion bug scores on the same kind of inputs: the float64 product with the first K group's scales
+applied to every group (typically 1e-2 to 4e-2, far above the pass mark; it varies with the random magnitudes).
 """
 
 CHECK_NOTE_PTX = """\
@@ -349,7 +356,7 @@ def build() -> dict[str, dict]:
             sass_opcodes=["UTMALDG", "SYNCS", "UCGABAR_ARV", "UCGABAR_WAIT"], opcodes_note=OPCODES_09,
             opcode_families=["UCGABAR_ARV", "UCGABAR_WAIT", "MEMBAR", "ERRBAR", "CGAERRBAR", "CCTL"],
             figures=FIGURES_09, extra=MEASURED_09, shapes_gpu=SHAPES_GPU_09, check_note=CHECK_NOTE_09,
-            emulator=[markdown(EMULATOR_NOTE_09), emulator_cell_09()]),
+            emulator=emulator_cells(9)),
         "10_ffma_interleave": generated_notebook(
             10, intro=INTRO_10, config_note=CONFIG_10, emitter_note=EMITTER_10,
             emitters=["ptx.passes.interleave_ffma", "ptx.passes._select_deepgemm"],
@@ -360,7 +367,32 @@ def build() -> dict[str, dict]:
             cubin_code="stage.cubin(*SHAPE)",
             assembler="stage 09's PTX through standalone ptxas, then ptx.passes.interleave_ffma"),
     }
+    for name, cells in books.items():
+        number = int(name[:2])
+        figures = figure_cells(number)
+        timing = 2 if number else 0  # stages 01+ end with the timing note and cell
+        if number in (4, 5, 6):  # hand-written PTX: run it in the emulator too, then break it
+            figures += [*emulator_cells(number), *break_it_cells(number)]
+        cells[len(cells) - timing:len(cells) - timing] = figures
+    books["precision"] = precision_cells()
     return {name: notebook(name, cells) for name, cells in books.items()}
+
+
+def figure_cells(number: int) -> list[dict]:
+    """The stage's committed figures (docs/figures/NN_*.png, drawn by lessons.figures; `python
+    tools/make_figures.py` redraws them), shown as images so the cell costs nothing to run."""
+    paths = sorted((ROOT / "docs" / "figures").glob(f"{number:02d}_*.png"))
+    if not paths:
+        return []
+    links = "\n\n".join(f"![{p.stem}](../docs/figures/{p.name})" for p in paths)
+    return [markdown(f"""\
+## Figures
+
+Drawn by `lessons.figures` from the layout functions this stage's kernel uses (`python tools/make_figures.py`
+redraws them; docs/figures.md says what each shows):
+
+{links}
+""")]
 
 
 # ------------------------------------------------------------------------------------------ stage texts
@@ -566,15 +598,24 @@ PLAN_06 = [
 ## The shared-memory plan
 
 How deep the ring is follows from bytes: one stage holds an A tile, a B tile and BLOCK_M scales, and as many
-stages as fit in 227 KiB (with two 8-byte mbarriers each) are used. The block shape follows the problem, as
+stages as fit in 227 KiB (with two 8-byte mbarriers each, and 1 KiB of slack to align the ring to 1024 bytes at
+run time) are used, up to 8. The block shape follows the problem, as
 DeepGEMM's heuristics do: one math warpgroup (BLOCK_M = 64) for decode-sized M, and narrower BLOCK_N when
 128-wide tiles would leave SMs idle."""),
     code('''\
 for m, n, k in [(4096, 4096, 7168), (64, 7168, 16384), (128, 2112, 7168)]:
     plan = stage.Plan(m, n, k)
+    barriers = plan.shared_bytes - plan.full_region - stage.ALIGN_SLACK  # a full and an empty mbarrier per stage
+    terms = [plan.stages * plan.stage_bytes, barriers, stage.ALIGN_SLACK]
+    assert sum(terms) == plan.shared_bytes  # the line below adds up
     print(f"M={m:5d} N={n:5d} K={k:5d}: block {plan.block_m}x{plan.block_n}, {plan.threads} threads, "
-          f"{plan.stage_bytes} bytes/stage x {plan.stages} stages = {plan.shared_bytes} bytes, "
-          f"{plan.grid[0] * plan.grid[1]} blocks for 132 SMs")'''),
+          f"{plan.grid[0] * plan.grid[1]} blocks for 132 SMs")
+    print(f"    {plan.stages} stages x {plan.stage_bytes} B (A {plan.a_tile} + B {plan.b_tile} + A's scales "
+          f"{plan.sa_tile}) + {plan.stages} x {barriers // plan.stages} B mbarriers + {stage.ALIGN_SLACK} B "
+          f"alignment slack = {plan.shared_bytes} B")'''),
+    markdown("""\
+The BF16 epilogue needs no bytes of its own: it stages the output tile in the A tiles' space, free once the last
+K block is computed. B's scales are read from global memory, one value per K group."""),
 ]
 
 
@@ -648,33 +689,6 @@ print(f"{{'SASS family':12s}}{{'stage {number - 1:02d}':>10s}}{{'stage {number:0
 for opcode, before, after in opcode_table({number - 1}, {number}, *SHAPE):
     print(f"{{opcode:12s}}{{before:10d}}{{after:10d}}" + ("  <-" if before != after else ""))''' + more),
     ]
-
-
-EMULATOR_NOTE = """\
-## On the CPU emulator (`ptx.emulate`)
-
-`ptx.emulate` executes the PTX this project generates on NumPy, warpgroup by warpgroup: wgmma, mbarriers,
-TMA loads and stores, named barriers, and the producer/consumer split of warp specialization. The producer is
-preempted after every barrier arrival, so a stage released too early gets overwritten before it is read, as it
-could be on the GPU. `gemm.emulated.run_gemm(config, a, sa, b, sb)` runs the generated kernel of a config on
-host arrays with the tensor maps and grid the launcher would use; here 3 CTAs stand in for the SMs, so the
-persistent kernel walks several tiles per CTA. GPU or not, the result is compared with the float64 reference.
-"""
-
-
-def emulator_cell() -> dict:
-    return code('''\
-# ---- CPU emulator: runs the generated PTX itself, so it is a correctness check without a GPU -----------
-from gemm.emulated import run_gemm
-
-m, n, k = 130, 256, 640  # ragged M, two N tiles, five K blocks: the ring wraps and the parities flip
-a, sa, b, sb = random_problem(m, n, k)
-config = stage.config(m, n, k)
-out = run_gemm(config, a, sa, b, sb, sm_count=3)
-diff = calc_diff(out, reference_gemm(a, sa, b, sb))
-print(f"{config.describe()}")
-print(f"emulated M={m} N={n} K={k}: every element written: {bool(np.isfinite(out).all())}, diff = {diff:.1e}")
-assert np.isfinite(out).all() and diff < 1e-3, "the emulated kernel disagrees with the float64 reference"''')
 
 
 INTRO_07 = """\
@@ -1291,41 +1305,6 @@ next to it. The production heuristics' choice is printed above (`A multicast` ap
 docs/benchmarks.md keeps the table, regenerated from the same file."""),
 ]
 
-EMULATOR_NOTE_09 = """\
-## On the CPU emulator (`ptx.emulate`)
-
-A cluster kernel needs more of the emulator than stage 08 did: two CTAs that run together, a multicast that
-writes both CTAs' shared memory and completes bytes on both barriers, `mapa` addresses into the peer's shared
-memory, remote arrives, and `barrier.cluster`. Here 4 CTAs (2 clusters) run 130 × 192 × 640 with the stage's
-config for that shape; the cell prints its census, which with 64 × 64 tiles (3 × 3) has pairs that share rows,
-a pair split across rows and a last tile without a peer. Cluster support in the emulator is recent: if this checkout's emulator cannot run the kernel,
-the cell prints why instead of failing.
-"""
-
-
-def emulator_cell_09() -> dict:
-    return code('''\
-# ---- CPU emulator with 2-CTA clusters: the generated PTX itself, checked without a GPU -------------------
-from gemm.emulated import run_gemm
-
-m, n, k = 130, 192, 640  # 9 tiles on 4 CTAs: shared rows, a split pair and a lone last tile
-a, sa, b, sb = random_problem(m, n, k)
-config = stage.config(m, n, k)
-ctas = launch_grid(config, m, n, 4)
-shared, split, lone = census(cluster_steps(ctas, -(-m // config.block_m), -(-n // config.block_n), config.raster_group))
-print(f"{config.describe()}\\n{ctas} CTAs: {shared} pairs share A, {split} split, lone CTA steps: {lone}")
-try:
-    out = run_gemm(config, a, sa, b, sb, sm_count=4)
-except Exception as error:  # the emulator's cluster support may lag the generator: report, do not fail
-    message = str(error)
-    print(f"the emulator cannot run this kernel yet: {type(error).__name__}: "
-          f"{message if len(message) < 400 else message[:400] + ' ...'}")
-else:
-    diff = calc_diff(out, reference_gemm(a, sa, b, sb))
-    print(f"emulated M={m} N={n} K={k}: every element written: {bool(np.isfinite(out).all())}, diff = {diff:.1e}")
-    assert np.isfinite(out).all() and diff < 1e-3, "the emulated kernel disagrees with the float64 reference"''')
-
-
 INTRO_10 = """\
 # 10 · FFMA interleave: a pass over the machine code
 
@@ -1578,7 +1557,7 @@ def generated_notebook(number: int, *, intro, config_note, emitter_note, emitter
         shapes_gpu,
         before=[*config_cells(number, config_note), *emitter_cells(emitter_note, emitters)],
         extra=[*opcode_table_cells(number, opcodes_note, opcode_families), *figures, *extra,
-               *(emulator if emulator is not None else [markdown(EMULATOR_NOTE), emulator_cell()])],
+               *(emulator if emulator is not None else emulator_cells(number)), *break_it_cells(number)],
         ptx_extra=ptx_extra,
         ptx_comment="The config is generated for (N, K); M is a kernel parameter. This is the ladder's shape.",
         assembler=assembler, cubin_code=cubin_code, check_code=check_code)

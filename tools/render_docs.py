@@ -42,13 +42,32 @@ def describe_device(result: dict) -> str:
 
 
 def ladder_block(result: dict, png: Path | None, doc_dir: Path) -> str:
-    from lessons.ladder import COLUMNS
+    from lessons.ladder import DOC_COLUMNS, with_bounds
     shape = result.get("shape", {})
+    rows = with_bounds(result["rows"], shape)
     lines = [f"M={shape.get('m')}, N={shape.get('n')}, K={shape.get('k')}. "
-             f"{describe_device(result)}", "", format_table(COLUMNS, result["rows"], markdown=True)]
+             f"{describe_device(result)}", "", format_table(DOC_COLUMNS, rows, markdown=True)]
     if png is not None and png.exists():
         lines += ["", f"![TFLOP/s per stage]({_relative(png, doc_dir)})"]
     return "\n".join(lines)
+
+
+def speed_of_light_block() -> str:
+    """The hardware table and each stage's bound, from lessons.ladder (UNITS, BOUNDS): never typed by hand."""
+    from gemm.testing import Column
+    from lessons.ladder import BOUNDS, CLOCK_NOTE, LADDER_SHAPE, UNIT_COLUMNS, speed_of_light, unit_rows
+    stage_rows = []
+    for number in sorted(BOUNDS):
+        bound = speed_of_light(number, *LADDER_SHAPE)
+        stage_rows.append({"stage": f"{number:02d}", "unit": bound["bound_unit"], "sol": bound["bound_tflops"],
+                           "why": bound["why"]})
+    stage_columns = [Column("stage", "stage", align="left"), Column("unit", "limit", align="left"),
+                     Column("sol", "SOL TFLOP/s", three_digits), Column("why", "why", align="left")]
+    m, n, k = LADDER_SHAPE
+    return "\n".join([format_table(UNIT_COLUMNS, unit_rows(), markdown=True), "", CLOCK_NOTE, "",
+                      f"Each stage's bound at M={m} N={n} K={k} (`lessons.ladder.BOUNDS`; HBM would bind only if "
+                      "moving A, B and D once took longer):", "",
+                      format_table(stage_columns, stage_rows, markdown=True)])
 
 
 def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
@@ -58,11 +77,8 @@ def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
         lines += ["", result["reference_note"]]
     overhead = result.get("host_overhead")
     if overhead:
-        lines += ["", f"Host time per call without a CUDA graph (M={overhead['m']} N={overhead['n']} K={overhead['k']}, "
-                      f"torch tensors, {overhead['calls']} calls back to back): ours "
-                      f"{overhead['ours_us_per_call']:.1f} µs, cuBLAS blockwise {overhead['cublas_us_per_call']:.1f} µs "
-                      f"(time to issue them: {overhead['ours_issue_us_per_call']:.1f} and "
-                      f"{overhead['cublas_issue_us_per_call']:.1f} µs)."]
+        from gemm.bench import describe_overhead
+        lines += ["", describe_overhead(overhead)]
     if png is not None and png.exists():
         lines += ["", f"![fp8_gemm_nt vs cuBLAS, TFLOP/s per shape]({_relative(png, doc_dir)})"]
     return "\n".join(lines)
@@ -104,11 +120,15 @@ def _missing(command: str, name: str) -> str:
 
 
 def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
-    """Each ladder stage's docstring line "Measured: ..." rewritten from the ladder result."""
+    """Each ladder stage's docstring paragraph "Measured: ..." rewritten from the ladder result: TFLOP/s, the speedup
+    over the stage before, and the share of its speed of light (lessons.ladder) and of the FP8 peak."""
+    import textwrap
+
+    from lessons.ladder import percent, with_bounds
     m, n, k = (result["shape"][key] for key in ("m", "n", "k")) if isinstance(result["shape"], dict) \
         else result["shape"]
     rendered = {}
-    for row in result["rows"]:
+    for row in with_bounds(result["rows"], (m, n, k)):
         number = row.get("stage")
         if not isinstance(number, int) or row.get("status") != "ok":
             continue
@@ -117,10 +137,15 @@ def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
             continue
         speedup = row.get("speedup")
         versus = f", {speedup:.2f}x stage {number - 1:02d}" if isinstance(speedup, (int, float)) else ""
+        bound = (f"; {percent(row['pct_bound'])} of its speed of light ({row['bound_unit']}, "
+                 f"{three_digits(row['bound_tflops'])} TFLOP/s), {percent(row['pct_fp8'])} of the FP8 peak"
+                 if "pct_bound" in row else "")
         line = (f"Measured: {three_digits(row['tflops'])} TFLOP/s at M={m} N={n} K={k} on {result['device']['name']}"
-                f"{versus} (results/ladder.json, `python -m lessons ladder`).")
+                f"{versus}{bound} (results/ladder.json, `python -m lessons ladder`).")
+        paragraph = textwrap.fill(line, 116, break_on_hyphens=False)
         text = matches[0].read_text()
-        new = re.sub(r"^Measured:.*$", line, text, count=1, flags=re.MULTILINE)
+        # the paragraph: the "Measured:" line and the non-blank lines after it, up to the docstring's end
+        new = re.sub(r'^Measured:.*(?:\n(?!""")[^\n]+)*', lambda _: paragraph, text, count=1, flags=re.MULTILINE)
         if new != text:
             rendered[matches[0]] = new
     return rendered
@@ -130,6 +155,7 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     """The new text of every doc in ``docs`` that holds a results block."""
     ladder_json, bench_json = results / "ladder.json", results / "gemm_bench.json"
     blocks = {
+        "speed_of_light": speed_of_light_block(),
         "ladder_results": ladder_block(read_result(ladder_json), results / "ladder.png", docs)
         if ladder_json.exists() else _missing("python -m lessons ladder", "ladder.json"),
         "gemm_bench_results": bench_block(read_result(bench_json), results / "gemm_bench.png", docs)

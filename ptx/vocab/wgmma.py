@@ -36,6 +36,12 @@ LEADING_BYTE_OFFSET = 16
 K32_STEP_BYTES = 32  # one wgmma k32 step of e4m3
 
 
+# ISA "Matrix Descriptor Format": field -> (first bit, width in bits); the three byte quantities are stored >> 4.
+DESCRIPTOR_FIELDS = {"start_address": (0, 14), "leading_byte_offset": (16, 14), "stride_byte_offset": (32, 14),
+                     "base_offset": (49, 3), "swizzle": (62, 2)}
+_BYTE_FIELDS = ("start_address", "leading_byte_offset", "stride_byte_offset")
+
+
 # ISA "Matrix Descriptor Format": the 64-bit value wgmma reads a shared-memory operand through.
 def descriptor_bits(start_address: int, leading_byte_offset: int, stride_byte_offset: int,
                     swizzle: int = 128, base_offset: int = 0) -> int:
@@ -45,11 +51,24 @@ def descriptor_bits(start_address: int, leading_byte_offset: int, stride_byte_of
             raise ValueError(f"{name} must be a multiple of 16 below 2**18, got {value}")
     if not 0 <= base_offset < 8:
         raise ValueError(f"base_offset is 3 bits, got {base_offset}")
-    return ((start_address >> 4)
-            | (leading_byte_offset >> 4) << 16
-            | (stride_byte_offset >> 4) << 32
-            | base_offset << 49
-            | SWIZZLE_MODE[swizzle] << 62)
+    encoded = {"start_address": start_address >> 4, "leading_byte_offset": leading_byte_offset >> 4,
+               "stride_byte_offset": stride_byte_offset >> 4, "base_offset": base_offset,
+               "swizzle": SWIZZLE_MODE[swizzle]}
+    value = 0
+    for name, (first, _) in DESCRIPTOR_FIELDS.items():
+        value |= encoded[name] << first
+    return value
+
+
+# ISA "Matrix Descriptor Format", read back: the fields of a descriptor (byte quantities in bytes, the swizzle
+# as its byte width: 128, 64, 32, or 0 for none). descriptor_bits(**descriptor_fields(d)) == d for every d it made.
+def descriptor_fields(descriptor: int) -> dict[str, int]:
+    fields = {}
+    for name, (first, width) in DESCRIPTOR_FIELDS.items():
+        raw = descriptor >> first & ((1 << width) - 1)
+        fields[name] = raw << 4 if name in _BYTE_FIELDS else raw
+    fields["swizzle"] = {mode: size for size, mode in SWIZZLE_MODE.items()}[fields["swizzle"]]
+    return fields
 
 
 def descriptor_constant_part(leading_byte_offset: int | None = None,
@@ -68,6 +87,12 @@ def sw128_offset(row: int, k_byte: int) -> int:
 # ISA "Register Fragments" for wgmma D (.f32): (row, col) within the warpgroup's 64 x N tile.
 def accumulator_coords(warp: int, lane: int, index: int) -> tuple[int, int]:
     return 16 * warp + lane // 4 + 8 * ((index // 2) % 2), 8 * (index // 4) + 2 * (lane % 4) + index % 2
+
+
+def descriptor_value(shared_address: int, constant_part: int | None = None) -> int:
+    """What :func:`wgmma_descriptor`'s four instructions compute at run time for ``shared_address``."""
+    constant_part = descriptor_constant_part() if constant_part is None else constant_part
+    return (shared_address >> 4) & 16383 | constant_part
 
 
 # -- PTX text -----------------------------------------------------------------------------------------------
@@ -127,7 +152,8 @@ def stmatrix(regs: list[str], address: str) -> str:
 
 __all__ = [
     "SWIZZLE_MODE", "SW128_ROW_BYTES", "SW128_ATOM_BYTES", "LEADING_BYTE_OFFSET", "K32_STEP_BYTES",
-    "descriptor_bits", "descriptor_constant_part", "sw128_offset", "accumulator_coords",
+    "DESCRIPTOR_FIELDS", "descriptor_bits", "descriptor_fields", "descriptor_value", "descriptor_constant_part",
+    "sw128_offset", "accumulator_coords",
     "wgmma_descriptor", "wgmma_fence", "wgmma_commit_group", "wgmma_wait_group", "wgmma_e4m3", "setmaxnreg",
     "stmatrix",
 ]
