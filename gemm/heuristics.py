@@ -36,7 +36,8 @@ FEED_WEIGHT = 72  # see wave_cost
 # One math warpgroup's K-block round trip (full-barrier wait, wgmma, wait, promotion, release) takes longer the
 # wider its 64 x BLOCK_N accumulator: a floor under one wave's time per K block for tiles of one or two warpgroups.
 LATENCY_BASE, LATENCY_PER_COLUMN = 8000, 64
-TILE_OVERHEAD = FEED_WEIGHT * 256  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
+TILE_OVERHEAD = FEED_WEIGHT * 256
+D_BUFFER_MIN_K = 10240  # from this K on, 256-row tiles store D in passes through a quarter buffer (_choose_config)  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
 
@@ -164,6 +165,16 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
                           epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate)
     stages = max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit)
+    # Long K: D through a quarter of the tile, if that buys a ring stage. Measured on 256 x 128 tiles
+    # (results/sweep_d_buffer.json): +8% at K = 16384, -1% at 7168, -5..-16% at K <= 2048, where the three waits
+    # per tile for a pass's store to read the buffer weigh more than the deeper ring; break-even near K = 8192.
+    if block_m == 256 and epilogue == "tma" and k >= D_BUFFER_MIN_K:
+        atom = 128 // config.out_bytes
+        if block_n % atom == 0:
+            smaller = config.replace(d_buffer=(128, atom))
+            smaller_stages = max_stages(smaller, n, k, limit=MAX_STAGES, budget=device.shared_limit)
+            if smaller_stages > stages:
+                config, stages = smaller, smaller_stages
     config = config.replace(stages=stages, post_passes=passes)
     if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
         print(f"fp8_gemm_nt M={m} N={n} K={k}: {config.describe()}")

@@ -183,6 +183,10 @@ EMULATED_CONFIGS = {
     "08": lambda m, n, k: STAGE08.config(m, n, k).replace(stages=3),
     "08-staged": lambda m, n, k: STAGE08.config(m, n, k).replace(stages=3, epilogue="staged"),
     "256x128": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=256, block_n=128, stages=2),
+    "256x128, D in four passes": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=256, block_n=128, stages=2,
+                                                                                d_buffer=(128, 64)),
+    "256x128, D in two passes": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=256, block_n=128, stages=2,
+                                                                               d_buffer=(128, 128)),
     "128x192 (two B scales)": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=192, stages=2),
     "64x160 (four switch points)": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=160,
                                                                                  stages=2),
@@ -341,6 +345,8 @@ FP32_CONFIGS = {  # FP32 D: 32-column swizzled atoms, the unswizzled whole row (
     "128x128 f32": dict(block_m=128, block_n=128, stages=2),
     "64x48 f32 (unswizzled rows)": dict(block_m=64, block_n=48, stages=3),
     "256x64 f32 (two waves)": dict(block_m=256, block_n=64, stages=2),
+    "256x64 f32, D in four passes": dict(block_m=256, block_n=64, stages=2, d_buffer=(128, 32)),
+    "128x64 f32, D in two column passes": dict(block_m=128, block_n=64, stages=2, d_buffer=(128, 32)),
     "128x160 f32 (two B scales)": dict(block_m=128, block_n=160, stages=2),
 }
 
@@ -380,3 +386,15 @@ def test_config_rejects_fp32_and_accumulate_misuse():
         KernelConfig(out_dtype="f32", epilogue="staged")
     with pytest.raises(ValueError, match="out_dtype must be one of"):
         KernelConfig(out_dtype="fp16")
+
+
+def test_long_k_256_row_tiles_trade_the_whole_d_buffer_for_a_fourth_stage():
+    """K >= D_BUFFER_MIN_K: 256 x 128 tiles store D through a 128 x 64 buffer in four passes, which is what makes a
+    fourth ring stage fit (results/sweep_d_buffer.json); shorter K keeps the whole-tile buffer and three stages."""
+    from gemm.heuristics import D_BUFFER_MIN_K
+    long_k = choose_config(4096, 7168, 16384, H100)
+    assert (long_k.block_m, long_k.d_buffer, long_k.stages) == (256, (128, 64), 4)
+    assert SharedPlan(long_k, 7168, 16384).shared_bytes <= H100.shared_limit
+    assert SharedPlan(long_k.replace(d_buffer=None), 7168, 16384).shared_bytes > H100.shared_limit
+    short_k = choose_config(4096, 7168, D_BUFFER_MIN_K - 128, H100)
+    assert (short_k.d_buffer, short_k.stages) == (None, 3)

@@ -33,12 +33,14 @@ for part in "$@"; do
             for job in "${jobs[@]}"; do
               i=$((i+1)); eval "$PY tools/sweep_configs.py $job --json $OUT/sweep_$i.json" 2>&1 | tee "$OUT/sweep_$i.log" | tail -40
             done ;;
-    sanitize) # SANITIZE="stage:M,N,K ..." (default: stage 08 and the production kernel, one ragged shape each)
+    sanitize) # SANITIZE="stage:M,N,K[@overrides] ..." (default: stage 08 and the production kernel, ragged shapes;
+              # @field=value,... overrides the production config as tools/run_once.py takes them, no spaces)
             for job in ${SANITIZE:-8:2048,2048,512 8:1000,2112,512 production:1000,2112,512 production:4096,4096,512}; do
-              stage=${job%%:*}; shape=${job#*:}
+              spec=${job%%@*}; over=""; [[ "$job" == *@* ]] && over=${job#*@}
+              stage=${spec%%:*}; shape=${spec#*:}
               for tool in memcheck racecheck synccheck; do
-                echo "--- $tool stage $stage ${shape}"
-                compute-sanitizer --tool $tool --error-exitcode 1 $PY tools/run_once.py $stage ${shape//,/ } 2>&1 | tail -4
+                echo "--- $tool stage $stage ${shape} ${over}"
+                compute-sanitizer --tool $tool --error-exitcode 1 $PY tools/run_once.py $stage ${shape//,/ } ${over:+"$over"} 2>&1 | tail -4
                 echo "rc=${PIPESTATUS[0]}"
               done
             done 2>&1 | tee "$OUT/sanitizer.txt" ;;

@@ -64,6 +64,8 @@ class TmaEpilogue:
         c = plan.config
         self.atom_cols = tma_store_box_columns(c.block_n, c.out_bytes)
         self.row_bytes = c.out_bytes * self.atom_cols
+        # the whole tile, or a part of it (one wave's rows, one atom's columns) that the tile passes through
+        self.buffer_rows, self.buffer_cols = c.d_buffer_shape
         e, r = b.emit, b.reg
         self.store_thread = r("pred", "p_store")
         e(f"setp.eq.u32 {self.store_thread}, {math.tid}, 0;")
@@ -107,9 +109,9 @@ class TmaEpilogue:
     def _address_f32(self, group: int, wave: int, half: int) -> str:
         """Shared address of this lane's two FP32 totals of 8-column group ``group``, rows +8 for ``half``."""
         e, r = self.b.emit, self.b.reg
-        atom, col = divmod(group * 8, self.atom_cols)
-        row0 = wave * self.math.wave_rows + 8 * half  # multiples of 8: the same swizzle phase
-        offset = (atom * self.plan.config.block_m + row0) * self.row_bytes
+        atom, col = divmod(group * 8 % self.buffer_cols, self.atom_cols)
+        row0 = wave * self.math.wave_rows % self.buffer_rows + 8 * half  # multiples of 8: the same swizzle phase
+        offset = (atom * self.buffer_rows + row0) * self.row_bytes
         address = r("u32")
         if self.row_bytes == 128:
             e(f"xor.b32 {address}, {self.lane_chunk}, {16 * (col // 4)};")  # col // 4: the group's chunk pair
@@ -120,9 +122,9 @@ class TmaEpilogue:
             e(f"add.u32 {address}, {address}, {offset};")
         return address
 
-    def _write_f32(self) -> None:
-        for wave, total in enumerate(self.math.totals):
-            for group in range(self.plan.config.block_n // 8):
+    def _write_f32(self, waves, groups) -> None:
+        for wave, total in waves:
+            for group in groups:
                 for half in range(2):
                     lo, hi = total[4 * group + 2 * half], total[4 * group + 2 * half + 1]
                     self.b.emit(f"st.shared.v2.f32 [{self._address_f32(group, wave, half)}], {{{lo}, {hi}}};")
@@ -131,8 +133,8 @@ class TmaEpilogue:
         """Shared address this lane gives stmatrix for the column-group pair starting at ``group`` (even) of
         wave ``wave`` (its rows lie wave_rows further down; a multiple of 8, so the swizzle phase is the same)."""
         e, r = self.b.emit, self.b.reg
-        atom, chunk = divmod(group * 8, self.atom_cols)
-        atom_offset = (atom * self.plan.config.block_m + wave * self.math.wave_rows) * 2 * self.atom_cols
+        atom, chunk = divmod(group * 8 % self.buffer_cols, self.atom_cols)
+        atom_offset = (atom * self.buffer_rows + wave * self.math.wave_rows % self.buffer_rows) * 2 * self.atom_cols
         address = r("u32")
         if self.atom_cols == 64:
             e(f"xor.b32 {address}, {self.lane_chunk}, {chunk // 8};", f"shl.b32 {address}, {address}, 4;",
@@ -145,31 +147,54 @@ class TmaEpilogue:
 
     def store(self, m0: str, n0: str) -> None:
         b, e, c = self.b, self.b.emit, self.plan.config
-        e(f"@{self.store_thread} {t.bulk_wait_group(0, read_only=True)}",  # the previous tile's stores read the tile
-          math_barrier(c))
-        groups = c.block_n // 8
-        for wave, total in enumerate(self.math.totals if c.out_dtype == "bf16" else ()):
-            for g in range(0, groups, 2):
+        waves = list(enumerate(self.math.totals))
+        row_passes, col_passes = c.block_m // self.buffer_rows, c.block_n // self.buffer_cols
+        per_pass = len(waves) // row_passes
+        for row_pass in range(row_passes):
+            for col_pass in range(col_passes):
+                # the buffer is free once the stores issued from it (the previous tile's, or this tile's previous
+                # pass) have read it
+                e(f"@{self.store_thread} {t.bulk_wait_group(0, read_only=True)}", math_barrier(c))
+                first_group = col_pass * self.buffer_cols // 8
+                self._write(waves[row_pass * per_pass:(row_pass + 1) * per_pass],
+                            range(first_group, first_group + self.buffer_cols // 8))
+                e(t.fence_proxy_async(), math_barrier(c))  # every warp's shared writes visible to the TMA unit
+                self._issue_stores(m0, n0, row_pass * self.buffer_rows, col_pass * self.buffer_cols)
+
+    def _issue_stores(self, m0: str, n0: str, row0: int, col0: int) -> None:
+        """One elected thread stores the buffer's atoms at D[m0 + row0.., n0 + col0..] and commits the group."""
+        b, e, c = self.b, self.b.emit, self.plan.config
+        skip = b.label("stored")
+        e(f"@!{self.store_thread} bra {skip};")
+        y = m0
+        if row0:
+            y = b.reg("u32")
+            e(f"add.u32 {y}, {m0}, {row0};")
+        store = t.tma_reduce_add_2d if c.accumulate else t.tma_store_2d
+        for atom in range(self.buffer_cols // self.atom_cols):
+            x = b.reg("u32")
+            e(f"add.u32 {x}, {n0}, {col0 + atom * self.atom_cols};",
+              store(self.tmap_d, x, y, f"{self.tile}+{atom * self.buffer_rows * self.row_bytes}"))
+        e(t.bulk_commit_group())
+        b.place(skip)
+
+    def _write(self, waves, groups) -> None:
+        """The totals of ``waves`` [(wave, registers)], 8-column ``groups``, into the buffer: stmatrix (BF16, in
+        pairs of groups) or st.shared (FP32)."""
+        if self.plan.config.out_dtype == "f32":
+            self._write_f32(waves, groups)
+            return
+        b, e = self.b, self.b.emit
+        for wave, total in waves:
+            for g in range(groups.start, groups.stop, 2):
                 regs = []
-                for group in range(g, min(g + 2, groups)):
+                for group in range(g, min(g + 2, groups.stop)):
                     for half in range(2):  # rows l/4 and l/4 + 8 of the warp's 16
                         packed = b.reg("b32")
                         lo, hi = total[4 * group + 2 * half], total[4 * group + 2 * half + 1]
                         e(core.cvt_f32x2_to_bf16x2(packed, hi, lo))
                         regs.append(packed)
                 e(w.stmatrix(regs, self._address(g, wave)))
-        if c.out_dtype == "f32":
-            self._write_f32()
-        e(t.fence_proxy_async(), math_barrier(c))  # every warp's stmatrix visible to the TMA unit
-        skip = b.label("stored")
-        e(f"@!{self.store_thread} bra {skip};")
-        store = t.tma_reduce_add_2d if c.accumulate else t.tma_store_2d
-        for atom in range(c.block_n // self.atom_cols):
-            x = b.reg("u32")
-            e(f"add.u32 {x}, {n0}, {atom * self.atom_cols};",
-              store(self.tmap_d, x, m0, f"{self.tile}+{atom * c.block_m * self.row_bytes}"))
-        e(t.bulk_commit_group())
-        b.place(skip)
 
     def finish(self) -> None:
         """Before exit: the last stores must have read shared memory; their global writes need no wait (the

@@ -66,7 +66,7 @@ def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: in
         item = config.out_bytes
         columns = tma_store_box_columns(config.block_n, item)
         specs["tmap_d"] = dict(dtype=np.float32 if config.out_dtype == "f32" else np.uint16, shape=(m, n),
-                               row_stride_bytes=item * n, box=(config.block_m, columns),
+                               row_stride_bytes=item * n, box=(config.d_buffer_shape[0], columns),
                                swizzle=128 if columns * item == 128 else 0)
     return specs
 
