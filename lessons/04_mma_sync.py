@@ -32,9 +32,30 @@ pair take issue slots beside them.
 
 Measured: 308 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.85x stage 03; 31% of its speed of light
 (FP16 HMMA, 989 TFLOP/s), 16% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
+
+Ablations: this stage bundles five ideas, so each can be turned off alone (:class:`Options`, switches of the
+generator; every variant is still a correct kernel, checked in the emulator by tests/test_ablations.py).
+``swizzle=False`` stores the tiles row-major: the eight 16-byte rows each ldmatrix matrix reads then share four
+banks (8-way conflicts), while the cp.async writes stay conflict-free. ``ldmatrix=False`` loads every fragment
+register with its own ld.shared.b32 (96 LDS per warp and K block for 24 LDSM; conflict-free under the swizzle).
+``cp_async=False`` copies through registers, ld.global.v4 then st.shared.v4 at the same point of the loop, so each
+thread waits for its loads before it computes. ``stages=1`` drops the ring: load a K block, wait, compute, barrier.
+``warp_m=32`` halves the warp tile to 32 x 32 (16 warps): each B fragment feeds 2 mma instead of 4, a third more
+ldmatrix per CTA. ptxas keeps this kernel at its register ceiling, so some variants spill a few registers; the table
+says how many bytes. The honest surprise of the measurement below: ldmatrix buys nothing here, plain loads are 7%
+faster. Under the swizzle they are conflict-free too; why four times the load instructions cost less has not been
+profiled yet. ldmatrix stays in the stage as the fragment idiom that wgmma then removes.
+`python -m lessons ablate 4` times them all against the full stage on a GPU (on a CPU it prints each variant's
+registers, spills and SASS counts), and docs/ladder.md shows the committed run.
+
+Ablations measured: the full stage 303 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3; with one idea off,
+its speed as a share of that: without the XOR swizzle 0.47x (143 TFLOP/s); without ldmatrix 1.07x (323 TFLOP/s);
+without cp.async 0.74x (224 TFLOP/s); without the ring (1 stage) 0.75x (227 TFLOP/s); 32x32 warp tiles (16 warps)
+1.01x (306 TFLOP/s) (results/ablation_04.json, `python -m lessons ablate 4`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -65,6 +86,51 @@ LOAD_PASSES = BLOCK_M // LOAD_ROWS_PER_PASS
 SMEM = "smem"
 
 
+# -- the stage's ideas as switches (python -m lessons ablate 4) ------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Each idea this stage bundles, as a switch of the generator; the defaults are the stage as taught (and
+    generate the same PTX, byte for byte). Every combination is a correct kernel (tests/test_ablations.py)."""
+
+    swizzle: bool = True  # chunk c of row r at c ^ (r % 8); off: row-major tiles, ldmatrix rows in 4 banks
+    ldmatrix: bool = True  # off: each fragment register by its own ld.shared.b32 (6 per k32 step a warp: 24)
+    cp_async: bool = True  # off: ld.global.v4 into registers, then st.shared.v4: the thread waits for its loads
+    stages: int = STAGES  # K blocks in the shared ring; 1: load, wait, compute, barrier (nothing overlaps)
+    warp_m: int = WARP_M  # rows of a warp's tile (x 32 columns); 32: 16 warps, each fragment reused half as often
+
+    def __post_init__(self):
+        if self.stages < 1:
+            raise ValueError(f"stage 04 needs at least one stage in its ring, got {self.stages}")
+        if self.warp_m not in (32, 64):
+            raise ValueError(f"stage 04's warp tile is 64 or 32 rows (x 32 columns), got {self.warp_m}")
+        if self.shared_bytes > 227 * 1024:  # Hopper's most dynamic shared memory per block
+            raise ValueError(f"stage 04: {self.stages} stages need {self.shared_bytes} bytes of shared memory, "
+                             "more than the 227 KiB a block may have")
+
+    @property
+    def threads(self) -> int:
+        return 32 * (BLOCK_M // self.warp_m) * WARPS_N
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.stages * STAGE_BYTES
+
+    def describe(self) -> str:
+        ring = f"{self.stages}-stage {'cp.async' if self.cp_async else 'ld.global+st.shared'} ring" \
+            if self.stages > 1 else f"1 stage ({'cp.async' if self.cp_async else 'ld.global+st.shared'}, synchronous)"
+        return (f"{self.threads // 32} warps of {self.warp_m}x{WARP_N}, {ring}, "
+                f"{'ldmatrix' if self.ldmatrix else 'ld.shared.b32'}, {'XOR swizzle' if self.swizzle else 'row-major'}")
+
+
+DEFAULT = Options()
+# Each idea of this stage turned off on its own (python -m lessons ablate 4): Options fields to change.
+ABLATIONS = {"without the XOR swizzle": {"swizzle": False},
+             "without ldmatrix": {"ldmatrix": False},
+             "without cp.async": {"cp_async": False},
+             "without the ring (1 stage)": {"stages": 1},
+             "32x32 warp tiles (16 warps)": {"warp_m": 32}}
+
+
 # -- the address arithmetic the PTX performs, mirrored in Python for the tests ---------------------------
 def load_slot(tid: int, load_pass: int) -> tuple[int, int]:
     """(tile row, 16-byte chunk) that thread ``tid`` copies with cp.async in pass ``load_pass``."""
@@ -93,12 +159,17 @@ def b_fragment_offset(warp_n: int, lane: int, n_pair: int, k_step: int) -> int:
 class _Gen:
     """Emits the kernel for one (M, N, K) into a KernelBuilder; one method per phase."""
 
-    def __init__(self, m: int, n: int, k: int):
+    def __init__(self, m: int, n: int, k: int, options: Options = DEFAULT):
         self.m, self.n, self.k, self.kb = m, n, k, k // BLOCK_K
         self.ragged_m, self.ragged_n = m % BLOCK_M != 0, n % BLOCK_N != 0
+        self.o = options
+        self.threads, self.stages, self.shared_bytes = options.threads, options.stages, options.shared_bytes
+        self.rows_per_pass = self.threads // 8
+        self.passes = BLOCK_M // self.rows_per_pass
+        self.m_tiles, self.warp_m_shift = options.warp_m // 16, options.warp_m.bit_length() - 1
         self.b = KernelBuilder(KERNEL, params=[("u64", "a"), ("u64", "sa"), ("u64", "b"), ("u64", "sb"),
                                                ("u64", "d"), ("u32", "sa_stride")],
-                               max_threads=THREADS, min_blocks_per_sm=1)
+                               max_threads=self.threads, min_blocks_per_sm=1)
 
     def r(self, t="u32", hint=None):
         return self.b.reg(t, hint)
@@ -136,9 +207,9 @@ class _Gen:
           f"and.b32 {chunk_off}, {self.tid}, 7;", f"shl.b32 {chunk_off}, {chunk_off}, 4;")
         ragged = rows_total % BLOCK_M != 0
         pointers = []
-        for p in range(LOAD_PASSES if ragged else 1):
+        for p in range(self.passes if ragged else 1):
             this_row, ptr = r(), r("u64", "src")
-            e(f"add.u32 {this_row}, {row}, {p * LOAD_ROWS_PER_PASS};")
+            e(f"add.u32 {this_row}, {row}, {p * self.rows_per_pass};")
             if ragged:
                 e(f"min.u32 {this_row}, {this_row}, {rows_total - 1};")
             e(f"mul.wide.u32 {wide}, {this_row}, {self.k};", f"add.u64 {ptr}, {base}, {wide};",
@@ -146,15 +217,17 @@ class _Gen:
             pointers.append(ptr)
         if ragged:
             return [(ptr, 0) for ptr in pointers]
-        return [(pointers[0], p * LOAD_ROWS_PER_PASS * self.k) for p in range(LOAD_PASSES)]
+        return [(pointers[0], p * self.rows_per_pass * self.k) for p in range(self.passes)]
 
     def load_setup(self):
         e, r = self.emit, self.r
-        # shared destination of this thread's chunk: load_shared_offset(tid, 0) (+ pass * 4096 as immediates)
+        # shared destination of this thread's chunk: load_shared_offset(tid, 0) (+ pass * 4096 as immediates);
+        # without the swizzle, chunk c of a row simply sits at c
         row, chunk, x = r(), r(), r()
         self.load_dst = r(hint="ld_dst")
-        e(f"shr.u32 {row}, {self.tid}, 3;", f"and.b32 {chunk}, {self.tid}, 7;", f"and.b32 {x}, {row}, 7;",
-          f"xor.b32 {chunk}, {chunk}, {x};", f"shl.b32 {chunk}, {chunk}, 4;",
+        swizzle = [f"and.b32 {x}, {row}, 7;", f"xor.b32 {chunk}, {chunk}, {x};"] if self.o.swizzle else []
+        e(f"shr.u32 {row}, {self.tid}, 3;", f"and.b32 {chunk}, {self.tid}, 7;", *swizzle,
+          f"shl.b32 {chunk}, {chunk}, 4;",
           f"shl.b32 {self.load_dst}, {row}, 7;", f"add.u32 {self.load_dst}, {self.load_dst}, {chunk};",
           f"add.u32 {self.load_dst}, {self.load_dst}, {self.smem};")
         self.a_src = self.row_pointers(self.a, self.m0, self.m)
@@ -185,25 +258,53 @@ class _Gen:
         e = self.emit
         dst = self.r(hint="dst")
         e(f"add.u32 {dst}, {self.load_dst}, {stage_offset};")
-        for operand, sources in ((0, self.a_src), (B_OFFSET, self.b_src)):
-            for p, (ptr, offset) in enumerate(sources):
-                e(v.cp_async_16(dst, f"{ptr}+{offset}" if offset else ptr,
-                                operand + p * LOAD_ROWS_PER_PASS * 128, predicate=predicate))
-        sa_dst = self.r(hint="sa_dst_stage")
-        e(f"add.u32 {sa_dst}, {self.sa_dst}, {stage_offset};",
-          v.cp_async_16(sa_dst, self.sa_src, SA_OFFSET, src_size=self.sa_bytes, predicate=scale_predicate))
+        if self.o.cp_async:
+            for operand, sources in ((0, self.a_src), (B_OFFSET, self.b_src)):
+                for p, (ptr, offset) in enumerate(sources):
+                    e(v.cp_async_16(dst, f"{ptr}+{offset}" if offset else ptr,
+                                    operand + p * self.rows_per_pass * 128, predicate=predicate))
+            sa_dst = self.r(hint="sa_dst_stage")
+            e(f"add.u32 {sa_dst}, {self.sa_dst}, {stage_offset};",
+              v.cp_async_16(sa_dst, self.sa_src, SA_OFFSET, src_size=self.sa_bytes, predicate=scale_predicate))
+        else:
+            self.load_through_registers(dst, stage_offset, predicate, scale_predicate)
         for ptr in dict.fromkeys(ptr for ptr, _ in self.a_src + self.b_src):
             e(f"add.u64 {ptr}, {ptr}, {BLOCK_K};")
         e(f"add.u64 {self.sa_src}, {self.sa_src}, {self.sa_step};")
 
+    def load_through_registers(self, dst: str, stage_offset: str | int, predicate: str | None,
+                               scale_predicate: str):
+        """Without cp.async (ablation): every 16-byte chunk by ld.global.cg.v4 (L2 only, as cp.async.cg) into
+        registers, all issued before the first st.shared.v4, which waits for its load. Scales past M are not
+        zero-filled: the clamped source repeats the last group's, which only rows past M use."""
+        e, b = self.emit, self.b
+        guard, scale_guard = (f"@{predicate} " if predicate else ""), f"@{scale_predicate} "
+        chunks = []
+        for operand, sources in ((0, self.a_src), (B_OFFSET, self.b_src)):
+            for p, (ptr, offset) in enumerate(sources):
+                regs = b.regs("b32", 4, "ld")
+                e(guard + f"ld.global.cg.v4.b32 {{{', '.join(regs)}}}, [{ptr}{c._offset(offset)}];")
+                chunks.append((guard, regs, dst, operand + p * self.rows_per_pass * 128))
+        sa_dst, scale = self.r(hint="sa_dst_stage"), b.regs("b32", 4, "ld_sa")
+        e(f"add.u32 {sa_dst}, {self.sa_dst}, {stage_offset};",
+          scale_guard + f"ld.global.cg.v4.b32 {{{', '.join(scale)}}}, [{self.sa_src}];")
+        chunks.append((scale_guard, scale, sa_dst, SA_OFFSET))
+        for chunk_guard, regs, address, offset in chunks:
+            e(chunk_guard + f"st.shared.v4.b32 [{address}+{offset}], {{{', '.join(regs)}}};")
+
     def fragment_setup(self):
         """Per-k-step ldmatrix addresses (a_fragment_offset / b_fragment_offset without the tile offsets)."""
         e, r = self.emit, self.r
+        if not self.o.ldmatrix:
+            return self.fragment_setup_without_ldmatrix()
         x, half_a, half_b, row_a, row_b, t = r(), r(), r(), r(), r(), r()
+        swizzle_a = [f"xor.b32 {half_a}, {half_a}, {x};"] if self.o.swizzle else []
+        swizzle_b = [f"xor.b32 {half_b}, {half_b}, {x};"] if self.o.swizzle else []
         e(f"and.b32 {x}, {self.lane}, 7;",
-          f"shr.u32 {half_a}, {self.lane}, 4;", f"xor.b32 {half_a}, {half_a}, {x};",
-          f"shr.u32 {half_b}, {self.lane}, 3;", f"and.b32 {half_b}, {half_b}, 1;", f"xor.b32 {half_b}, {half_b}, {x};",
-          f"and.b32 {row_a}, {self.lane}, 15;", f"shl.b32 {t}, {self.warp_m}, 6;", f"add.u32 {row_a}, {row_a}, {t};",
+          f"shr.u32 {half_a}, {self.lane}, 4;", *swizzle_a,
+          f"shr.u32 {half_b}, {self.lane}, 3;", f"and.b32 {half_b}, {half_b}, 1;", *swizzle_b,
+          f"and.b32 {row_a}, {self.lane}, 15;", f"shl.b32 {t}, {self.warp_m}, {self.warp_m_shift};",
+          f"add.u32 {row_a}, {row_a}, {t};",
           f"shl.b32 {row_a}, {row_a}, 7;", f"add.u32 {row_a}, {row_a}, {self.smem};",
           f"shr.u32 {row_b}, {self.lane}, 4;", f"shl.b32 {row_b}, {row_b}, 3;", f"add.u32 {row_b}, {row_b}, {x};",
           f"shl.b32 {t}, {self.warp_n}, 5;", f"add.u32 {row_b}, {row_b}, {t};",
@@ -215,14 +316,72 @@ class _Gen:
                 e(f"xor.b32 {addr}, {half}, {2 * ks};", f"shl.b32 {addr}, {addr}, 4;",
                   f"add.u32 {addr}, {addr}, {row};")
                 out.append(addr)
-        # this thread's accumulator rows in the scale tile: warp_m*64 + lane//4 (+ 16*m_tile + 8*half)
+        self.scale_read_setup(t)
+
+    def fragment_setup_without_ldmatrix(self):
+        """Without ldmatrix (ablation): lane l = 4g + t loads register j of its fragment itself, 4 bytes at
+        K byte 4t (+16 for registers 2-3 of A, 1 of B) of row g (+8 for registers 1 and 3 of A) of its m or n
+        tile: the bytes ldmatrix would have handed it. Per k step: the low-half address; the high half sits one
+        chunk over, at +16 or -16 (chunk (2ks ^ g) ^ 1) with the swizzle, at +16 without."""
+        e, r = self.emit, self.r
+        g, t4, row_a, row_b, t = r(), r(), r(), r(), r()
+        e(f"shr.u32 {g}, {self.lane}, 2;", f"and.b32 {t4}, {self.lane}, 3;", f"shl.b32 {t4}, {t4}, 2;",
+          f"shl.b32 {t}, {self.warp_m}, {self.warp_m_shift};", f"add.u32 {row_a}, {g}, {t};",
+          f"shl.b32 {row_a}, {row_a}, 7;", f"add.u32 {row_a}, {row_a}, {self.smem};",
+          f"add.u32 {row_a}, {row_a}, {t4};",
+          f"shl.b32 {t}, {self.warp_n}, 5;", f"add.u32 {row_b}, {g}, {t};",
+          f"shl.b32 {row_b}, {row_b}, 7;", f"add.u32 {row_b}, {row_b}, {self.smem};",
+          f"add.u32 {row_b}, {row_b}, {t4};")
+        self.high_delta = None
+        if self.o.swizzle:
+            self.high_delta = r(hint="hi")
+            e(f"and.b32 {self.high_delta}, {g}, 1;", f"shl.b32 {self.high_delta}, {self.high_delta}, 5;",
+              f"sub.u32 {self.high_delta}, 16, {self.high_delta};")
+        self.a_frag, self.b_frag = [], []
+        for ks in range(K_STEPS):
+            for row, out in ((row_a, self.a_frag), (row_b, self.b_frag)):
+                addr = r(hint="frag")
+                if self.o.swizzle:
+                    e(f"xor.b32 {addr}, {g}, {2 * ks};", f"shl.b32 {addr}, {addr}, 4;",
+                      f"add.u32 {addr}, {addr}, {row};")
+                else:
+                    e(f"add.u32 {addr}, {row}, {32 * ks};")
+                out.append(addr)
+        self.scale_read_setup(t)
+
+    def scale_read_setup(self, t: str):
+        # this thread's accumulator rows in the scale tile: warp_m*WARP_M + lane//4 (+ 16*m_tile + 8*half)
+        e, r = self.emit, self.r
         self.sa_read = r(hint="sa_rd")
-        e(f"shr.u32 {t}, {self.lane}, 2;", f"shl.b32 {self.sa_read}, {self.warp_m}, 6;",
+        e(f"shr.u32 {t}, {self.lane}, 2;", f"shl.b32 {self.sa_read}, {self.warp_m}, {self.warp_m_shift};",
           f"add.u32 {self.sa_read}, {self.sa_read}, {t};", f"shl.b32 {self.sa_read}, {self.sa_read}, 2;",
           f"add.u32 {self.sa_read}, {self.sa_read}, {self.smem};")
 
     # -- one K block -----------------------------------------------------------------------------------
-    def compute_block(self, stage_offset: str):
+    def load_fragments(self, ks: int, a_addr: str, b_addr: str):
+        """A fragments of the warp's m tiles and B fragments of its n tiles for k step ``ks``."""
+        e = self.emit
+        if self.o.ldmatrix:
+            for mt in range(self.m_tiles):
+                e(v.ldmatrix_x4(self.a_regs[mt], a_addr, mt * 16 * 128))
+            for pair in range(N_TILES // 2):
+                e(v.ldmatrix_x4(self.b_regs[pair], b_addr, B_OFFSET + pair * 16 * 128))
+            return
+        a_high, b_high, high = a_addr, b_addr, 16
+        if self.high_delta is not None:
+            a_high, b_high, high = self.r(), self.r(), 0
+            e(f"add.u32 {a_high}, {a_addr}, {self.high_delta};", f"add.u32 {b_high}, {b_addr}, {self.high_delta};")
+        for mt in range(self.m_tiles):
+            regs, base = self.a_regs[mt], mt * 16 * 128
+            for reg, (address, offset) in zip(regs, ((a_addr, base), (a_addr, base + 8 * 128),
+                                                     (a_high, base + high), (a_high, base + 8 * 128 + high))):
+                e(f"ld.shared.b32 {reg}, [{address}+{offset}];")
+        for nt in range(N_TILES):
+            low, high_reg = self.b_regs[nt // 2][2 * (nt % 2): 2 * (nt % 2) + 2]
+            base = B_OFFSET + nt * 8 * 128
+            e(f"ld.shared.b32 {low}, [{b_addr}+{base}];", f"ld.shared.b32 {high_reg}, [{b_high}+{base + high}];")
+
+    def compute_block(self, stage_offset: str | int):
         e, r = self.emit, self.r
         sb_value = r("f32", "sb")
         e(c.ld_global("f32", sb_value, self.sb_src, cache=".nc"), f"add.u64 {self.sb_src}, {self.sb_src}, 4;")
@@ -230,18 +389,15 @@ class _Gen:
             a_addr, b_addr = r(), r()
             e(f"add.u32 {a_addr}, {self.a_frag[ks]}, {stage_offset};",
               f"add.u32 {b_addr}, {self.b_frag[ks]}, {stage_offset};")
-            for mt in range(M_TILES):
-                e(v.ldmatrix_x4(self.a_regs[mt], a_addr, mt * 16 * 128))
-            for pair in range(N_TILES // 2):
-                e(v.ldmatrix_x4(self.b_regs[pair], b_addr, B_OFFSET + pair * 16 * 128))
-            for mt in range(M_TILES):
+            self.load_fragments(ks, a_addr, b_addr)
+            for mt in range(self.m_tiles):
                 for nt in range(N_TILES):
                     b_pair = self.b_regs[nt // 2][2 * (nt % 2): 2 * (nt % 2) + 2]
                     addend = [self.zero] * 4 if ks == 0 else self.acc[mt][nt]  # a fresh sum per K block
                     e(v.mma_m16n8k32_e4m3(self.acc[mt][nt], self.a_regs[mt], b_pair, addend))
         sa_addr = r()
         e(f"add.u32 {sa_addr}, {self.sa_read}, {stage_offset};")
-        for mt in range(M_TILES):
+        for mt in range(self.m_tiles):
             for half in range(2):
                 scale = r("f32", "scale")
                 e(f"ld.shared.f32 {scale}, [{sa_addr}+{SA_OFFSET + 4 * (16 * mt + 8 * half)}];",
@@ -252,36 +408,65 @@ class _Gen:
 
     def main_loop(self):
         e, r, b = self.emit, self.r, self.b
-        self.a_regs = [b.regs("b32", 4, "fa") for _ in range(M_TILES)]
+        self.a_regs = [b.regs("b32", 4, "fa") for _ in range(self.m_tiles)]
         self.b_regs = [b.regs("b32", 4, "fb") for _ in range(N_TILES // 2)]
-        self.acc = [[b.regs("f32", 4, "acc") for _ in range(N_TILES)] for _ in range(M_TILES)]
-        self.total = [[b.regs("f32", 4, "tot") for _ in range(N_TILES)] for _ in range(M_TILES)]
+        self.acc = [[b.regs("f32", 4, "acc") for _ in range(N_TILES)] for _ in range(self.m_tiles)]
+        self.total = [[b.regs("f32", 4, "tot") for _ in range(N_TILES)] for _ in range(self.m_tiles)]
         self.zero = r("f32", "zero")
         e(f"mov.f32 {self.zero}, 0f00000000;")
         for row in self.total:
             for regs in row:
                 e(*(f"mov.f32 {x}, 0f00000000;" for x in regs))
-        b.comment("prologue: the first STAGES-1 K blocks in flight (empty groups keep the count uniform)")
-        for s in range(STAGES - 1):
+        if self.stages == 1:
+            return self.synchronous_loop()
+        copies = self.o.cp_async
+        b.comment("prologue: the first STAGES-1 K blocks in flight" +
+                  (" (empty groups keep the count uniform)" if copies else ""))
+        for s in range(self.stages - 1):
             if s < self.kb:
                 self.issue_loads(s * STAGE_BYTES, None, self.is_scale_loader)
-            e(v.cp_async_commit())
+            if copies:
+                e(v.cp_async_commit())
         kb, ahead, rd, wr = r(hint="kb"), r(hint="ahead"), r(hint="read_stage"), r(hint="write_stage")
         load, load_scales, more, wrap = r("pred"), r("pred"), r("pred"), r("pred")
-        e(f"mov.u32 {kb}, 0;", f"mov.u32 {rd}, 0;", f"mov.u32 {wr}, {(STAGES - 1) * STAGE_BYTES};")
+        e(f"mov.u32 {kb}, 0;", f"mov.u32 {rd}, 0;", f"mov.u32 {wr}, {(self.stages - 1) * STAGE_BYTES};")
         top = b.label("k_block")
         b.place(top)
-        b.comment("block kb has landed (this thread's copies) and is visible to all (everyone's); the stage "
-                  "written next was read in iteration kb-1, which every warp has finished")
-        e(v.cp_async_wait(STAGES - 2), c.bar_sync(0))
-        e(f"add.u32 {ahead}, {kb}, {STAGES - 1};", f"setp.lt.u32 {load}, {ahead}, {self.kb};",
+        if copies:
+            b.comment("block kb has landed (this thread's copies) and is visible to all (everyone's); the stage "
+                      "written next was read in iteration kb-1, which every warp has finished")
+            e(v.cp_async_wait(self.stages - 2), c.bar_sync(0))
+        else:
+            b.comment("block kb was stored in an earlier iteration and is visible to all; the stage written next "
+                      "was read in iteration kb-1, which every warp has finished")
+            e(c.bar_sync(0))
+        e(f"add.u32 {ahead}, {kb}, {self.stages - 1};", f"setp.lt.u32 {load}, {ahead}, {self.kb};",
           f"and.pred {load_scales}, {load}, {self.is_scale_loader};")
         self.issue_loads(wr, load, load_scales)
-        e(v.cp_async_commit())
+        if copies:
+            e(v.cp_async_commit())
         self.compute_block(rd)
         for offset in (rd, wr):
-            e(f"add.u32 {offset}, {offset}, {STAGE_BYTES};", f"setp.eq.u32 {wrap}, {offset}, {SHARED_BYTES};",
+            e(f"add.u32 {offset}, {offset}, {STAGE_BYTES};", f"setp.eq.u32 {wrap}, {offset}, {self.shared_bytes};",
               f"selp.u32 {offset}, 0, {offset}, {wrap};")
+        e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {self.kb};", f"@{more} bra {top};")
+
+    def synchronous_loop(self):
+        """One stage (ablation): load block kb, wait for it, compute it, and let every warp finish reading it
+        before the next block overwrites it; loads and math never overlap."""
+        e, r, b = self.emit, self.r, self.b
+        kb, more = r(hint="kb"), r("pred")
+        e(f"mov.u32 {kb}, 0;")
+        top = b.label("k_block")
+        b.place(top)
+        self.issue_loads(0, None, self.is_scale_loader)
+        if self.o.cp_async:
+            e(v.cp_async_commit(), v.cp_async_wait(0))
+        b.comment("block kb is in shared memory (everyone's copies)")
+        e(c.bar_sync(0))
+        self.compute_block(0)
+        b.comment("every warp is done reading the stage before it is refilled")
+        e(c.bar_sync(0))
         e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {self.kb};", f"@{more} bra {top};")
 
     # -- epilogue --------------------------------------------------------------------------------------
@@ -290,7 +475,8 @@ class _Gen:
         e, r = self.emit, self.r
         g, t, row, col, wide, ptr = r(), r(), r(hint="row"), r(hint="col"), r("u64"), r("u64", "dst")
         e(f"shr.u32 {g}, {self.lane}, 2;", f"and.b32 {t}, {self.lane}, 3;",
-          f"shl.b32 {row}, {self.warp_m}, 6;", f"add.u32 {row}, {row}, {g};", f"add.u32 {row}, {row}, {self.m0};",
+          f"shl.b32 {row}, {self.warp_m}, {self.warp_m_shift};", f"add.u32 {row}, {row}, {g};",
+          f"add.u32 {row}, {row}, {self.m0};",
           f"shl.b32 {col}, {self.warp_n}, 5;", f"shl.b32 {t}, {t}, 1;", f"add.u32 {col}, {col}, {t};",
           f"add.u32 {col}, {col}, {self.n0};",
           f"mul.wide.u32 {ptr}, {row}, {2 * self.n};", f"mul.wide.u32 {wide}, {col}, 2;",
@@ -306,7 +492,7 @@ class _Gen:
                 else:
                     preds.append(None)
             col_ok.append(preds)
-        for mt in range(M_TILES):
+        for mt in range(self.m_tiles):
             for half in range(2):
                 row_ok = None
                 if self.ragged_m:
@@ -353,10 +539,10 @@ def _check_shape(m: int, n: int, k: int) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def generate(m: int, n: int, k: int) -> str:
-    """The PTX text of the kernel specialized for (M, N, K)."""
+def generate(m: int, n: int, k: int, options: Options = DEFAULT) -> str:
+    """The PTX text of the kernel specialized for (M, N, K); ``options`` turns the stage's ideas off one by one."""
     _check_shape(m, n, k)
-    return _Gen(m, n, k).build()
+    return _Gen(m, n, k, options).build()
 
 
 def grid(m: int, n: int) -> tuple[int, int, int]:
@@ -364,28 +550,28 @@ def grid(m: int, n: int) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(m: int, n: int, k: int):
+def _kernel(m: int, n: int, k: int, options: Options = DEFAULT):
     from ptx.compile import compile_ptx
     from ptx.runtime import load_kernel
-    return load_kernel(compile_ptx(generate(m, n, k)), KERNEL)
+    return load_kernel(compile_ptx(generate(m, n, k, options)), KERNEL)
 
 
-def shared_bytes(m: int, n: int, k: int) -> int:
+def shared_bytes(m: int, n: int, k: int, options: Options = DEFAULT) -> int:
     """Dynamic shared memory the kernel for (M, N, K) launches with."""
-    return SHARED_BYTES
+    return options.shared_bytes
 
 
-def gemm(a, sa, b, sb, d, stream=None) -> None:
+def gemm(a, sa, b, sb, d, stream=None, options: Options = DEFAULT) -> None:
     """D = (A*sA)(B*sB)^T, BF16 out (contract in gemm.fp8); asynchronous on ``stream``."""
     from gemm.validate import check_gemm_args
     args = check_gemm_args(a, sa, b, sb, d)
-    kernel = _kernel(args.m, args.n, args.k)
-    kernel.launch(grid(args.m, args.n), THREADS,
+    kernel = _kernel(args.m, args.n, args.k, options)
+    kernel.launch(grid(args.m, args.n), options.threads,
                   [args.a.ptr, args.sa.ptr, args.b.ptr, args.sb.ptr, args.d.ptr, np.uint32(args.sa_stride)],
-                  shared_bytes=SHARED_BYTES, stream=stream)
+                  shared_bytes=options.shared_bytes, stream=stream)
 
 
-def emulate(a, sa, b, sb, *, seed=None) -> np.ndarray:
+def emulate(a, sa, b, sb, *, seed=None, options: Options = DEFAULT) -> np.ndarray:
     """Run this stage's generated PTX on the CPU (ptx.emulate, each CTA's threads in lockstep) for host
     operands in the gemm.fp8 contract; D as float32, NaN where the kernel wrote nothing. Lockstep has no
     schedule to vary, so ``seed`` is unused. ``ptx.emulate.run_stage(stage, ...)`` adds a report and edits."""
@@ -396,7 +582,7 @@ def emulate(a, sa, b, sb, *, seed=None) -> np.ndarray:
     sa_storage = np.zeros((sa.shape[1], align(m, 4)), np.float32)  # the M-major, M-padded-to-4 scale bytes
     sa_storage[:, :m] = np.asarray(sa).T
     d = np.full((m, n), 0x7FC0, np.uint16)  # BF16 NaN: what the kernel never writes stays NaN
-    run_kernel(generate(m, n, k), KERNEL, grid(m, n), THREADS, SHARED_BYTES,
+    run_kernel(generate(m, n, k, options), KERNEL, grid(m, n), options.threads, options.shared_bytes,
                dict(a=np.ascontiguousarray(a).view(np.uint8), sa=sa_storage, b=np.ascontiguousarray(b).view(np.uint8),
                     sb=np.ascontiguousarray(sb, np.float32), d=d, sa_stride=align(m, 4)))
     return bf16_to_float(d)

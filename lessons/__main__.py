@@ -39,6 +39,17 @@ def _stage_number(text: str) -> int:
     return number
 
 
+def _ablation_stage(text: str) -> int:
+    """A stage that declares ABLATIONS (it bundles ideas); an unknown stage is the usual usage error."""
+    number = _stage_number(text)
+    from lessons.ablate import stages_with_ablations
+    bundled = stages_with_ablations()
+    if number not in bundled:
+        raise argparse.ArgumentTypeError(f"stage {number:02d} lists no ABLATIONS (it adds one idea): the stages "
+                                         f"with ablations are {', '.join(f'{n:02d}' for n in bundled)}")
+    return number
+
+
 def _stage_list(text: str) -> list[int]:
     """"1,2,5" or "1-6" (or a mix) -> sorted stage numbers."""
     numbers = set()
@@ -86,7 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
     diff.add_argument("before", type=_stage_number)
     diff.add_argument("after", type=_stage_number)
-    ablate.add_argument("stage", type=_stage_number)
+    from lessons.ablate import stages_with_ablations
+    ablate.add_argument("stage", type=_ablation_stage, help="a stage that bundles ideas: "
+                        + ", ".join(f"{n:02d}" for n in stages_with_ablations()))
     ablate.add_argument("--out", type=Path, default=Path("results"), help="folder for ablation_NN.json")
     return parser
 

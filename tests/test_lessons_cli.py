@@ -51,7 +51,7 @@ def test_ladder_stages_outside_the_ladder_are_a_usage_error(capsys):
 
 def test_ablate_a_stage_without_ablations_is_a_clean_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["ablate", "5"])
+        main(["ablate", "6"])
     assert exit_info.value.code == 2
     assert "lists no ABLATIONS" in capsys.readouterr().err
 

@@ -85,12 +85,26 @@ def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
 
 
 def ablation_block(result: dict) -> str:
-    from gemm.bench import CONFIG_COLUMNS
-    from gemm.testing import Column
+    """A ``python -m lessons ablate N`` result: its rows in the columns the command prints (lessons.ablate)."""
+    from lessons.ablate import format_ablation_table
     shape = result.get("shape", {})
-    columns = CONFIG_COLUMNS[:-1] + [Column("vs_stage", "vs the full stage", "{:.2f}x"), CONFIG_COLUMNS[-1]]
     return "\n".join([f"M={shape.get('m')}, N={shape.get('n')}, K={shape.get('k')}. {describe_device(result)}", "",
-                      format_table(columns, result["rows"], markdown=True)])
+                      format_ablation_table(result["rows"], markdown=True)])
+
+
+ABLATION_MARKER = re.compile(r"<!-- (ablation_(\d\d)) -->")
+
+
+def ablation_blocks(results: Path, docs: Path) -> dict[str, str]:
+    """Every ``ablation_NN`` block: from results/ablation_NN.json, or, for a marker in a doc whose stage has not
+    been measured yet, the note saying which command makes it."""
+    blocks = {}
+    for doc in sorted(docs.glob("*.md")):
+        for name, number in ABLATION_MARKER.findall(doc.read_text()):
+            blocks[name] = _missing(f"python -m lessons ablate {int(number)}", f"{name}.json")
+    for ablation in sorted(results.glob("ablation_*.json")):
+        blocks[ablation.stem] = ablation_block(read_result(ablation))
+    return blocks
 
 
 def sweep_block(result: dict) -> str:
@@ -151,6 +165,46 @@ def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
     return rendered
 
 
+def ablation_lines(results: Path, lessons_dir: Path, rendered: dict[Path, str]) -> dict[Path, str]:
+    """A stage docstring's paragraph "Ablations measured: ..." rewritten from results/ablation_NN.json: each
+    variant's speed as a share of the full stage's. Stages without the paragraph, or without a result, are left
+    alone; ``rendered`` holds texts already rewritten (the "Measured:" line), which this one continues from."""
+    import textwrap
+
+    from gemm.testing import three_digits as digits
+    updated = {}
+    for path in sorted(results.glob("ablation_*.json")):
+        number = int(path.stem.split("_")[1])
+        matches = sorted(lessons_dir.glob(f"{number:02d}_*.py"))
+        if not matches:
+            continue
+        text = rendered.get(matches[0], matches[0].read_text())
+        if not re.search(r"^Ablations measured:", text, re.MULTILINE):
+            continue
+        result = read_result(path)
+        shape, prefix = result.get("shape", {}), f"{number:02d} "
+        parts = []
+        for row in result["rows"]:
+            if not row["name"].startswith(prefix):
+                continue
+            label = row["name"][len(prefix):]
+            if row.get("status") == "ok" and isinstance(row.get("vs_stage"), (int, float)):
+                parts.append(f"{label} {row['vs_stage']:.2f}x ({digits(row['tflops'])} TFLOP/s)")
+            else:
+                parts.append(f"{label}: {row.get('status', 'not run')}")
+        full = next((r for r in result["rows"] if r["name"] == f"stage {number:02d}"), {})
+        speed = f"{digits(full['tflops'])} TFLOP/s" if full.get("tflops") else "not timed"
+        line = (f"Ablations measured: the full stage {speed} at M={shape.get('m')} N={shape.get('n')} "
+                f"K={shape.get('k')} on {result['device'].get('name', 'a GPU')}; with one idea off, its speed as a "
+                f"share of that: {'; '.join(parts)} (results/{path.name}, `python -m lessons ablate {number}`).")
+        paragraph = textwrap.fill(line, 116, break_on_hyphens=False)
+        new = re.sub(r'^Ablations measured:.*(?:\n(?!""")[^\n]+)*', lambda _: paragraph, text, count=1,
+                     flags=re.MULTILINE)
+        if new != text:
+            updated[matches[0]] = new
+    return updated
+
+
 def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path, str]:
     """The new text of every doc in ``docs`` that holds a results block."""
     ladder_json, bench_json = results / "ladder.json", results / "gemm_bench.json"
@@ -161,14 +215,15 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
         "gemm_bench_results": bench_block(read_result(bench_json), results / "gemm_bench.png", docs)
         if bench_json.exists() else _missing("python -m gemm.bench", "gemm_bench.json"),
     }
-    for ablation in sorted(results.glob("ablation_*.json")):
-        blocks[ablation.stem] = ablation_block(read_result(ablation))
+    blocks.update(ablation_blocks(results, docs))
     for sweep in (results / "ffma_pass.json", results / "multicast.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))
     rendered = {}
     if ladder_json.exists() and lessons is not None:
         rendered.update(measured_lines(read_result(ladder_json), lessons))
+    if lessons is not None:
+        rendered.update(ablation_lines(results, lessons, rendered))
     for doc in sorted(docs.glob("*.md")):
         text = original = doc.read_text()
         for name, content in blocks.items():
