@@ -140,3 +140,95 @@ def test_timing_cells_say_what_the_first_stage_is_compared_with(capsys):
         assert "-x" not in out and "speed of light" in out, out
         if name == "01_naive":
             assert "no stage before it" in out, out
+
+
+# ------------------------------------------------------------------------------ committed outputs
+
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + TOPIC_NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS + TOPIC_NOTEBOOKS])
+def test_notebook_is_committed_with_the_outputs_of_a_clean_run(path):
+    """Outputs stored by one run of every cell in order (execution counts 1, 2, ...), none of them an error."""
+    rerun = f"run: PYTHONPATH=. python tools/execute_notebooks.py {path.relative_to(ROOT)}"
+    code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    assert any(c["outputs"] for c in code), f"{path.name} has no outputs; {rerun}"
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1)), \
+        f"{path.name}: its outputs are not from one run of every cell in order; {rerun}"
+    errors = [f"{c['id']}: {o['ename']}: {o['evalue']}" for c in code for o in c["outputs"]
+              if o["output_type"] == "error"]
+    assert not errors, f"{path.name} has error outputs ({'; '.join(errors)}); {rerun}"
+
+
+def test_regenerating_keeps_outputs_of_unchanged_notebooks(tmp_path, monkeypatch, capsys):
+    make_notebooks = _tool("make_notebooks")
+    monkeypatch.setattr(make_notebooks, "NOTEBOOKS", tmp_path)
+    monkeypatch.setattr(make_notebooks, "ROOT", tmp_path.parent)
+    built = make_notebooks.build()
+    for name, nb in built.items():
+        (tmp_path / f"{name}.ipynb").write_text(make_notebooks.render(nb))
+    executed = json.loads(make_notebooks.render(built["01_naive"]))
+    for count, cell in enumerate((c for c in executed["cells"] if c["cell_type"] == "code"), 1):
+        cell["execution_count"] = count
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": [f"cell {count}\n"]}]
+    (tmp_path / "01_naive.ipynb").write_text(make_notebooks.render(executed))
+    edited = json.loads(make_notebooks.render(built["02_smem_tiling"]))
+    edited["cells"][0]["source"] = ["# an edit by hand\n"]
+    edited["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["stale\n"]}]
+    (tmp_path / "02_smem_tiling.ipynb").write_text(make_notebooks.render(edited))
+
+    assert make_notebooks.main(["--check"]) == 1  # the edited source counts; outputs do not
+    assert "02_smem_tiling.ipynb" in capsys.readouterr().out
+    assert make_notebooks.main([]) == 0
+    assert json.loads((tmp_path / "01_naive.ipynb").read_text()) == executed  # outputs kept
+    assert (tmp_path / "02_smem_tiling.ipynb").read_text() == make_notebooks.render(built["02_smem_tiling"])
+    assert make_notebooks.main(["--check"]) == 0
+
+
+TOY_NOTEBOOK = [
+    ("code", "import os, sys\nprint('cwd', os.path.basename(os.getcwd()))\nprint('to stderr', file=sys.stderr)"),
+    ("markdown", "# not run"),
+    ("code", "x = 6 * 7\ndisplay(x)\nx + 1"),
+    ("code", "def helper():\n    return 'no output'"),
+    ("code", "import matplotlib.pyplot as plt\nplt.plot([0, 1], [1, 0])\nplt.show()\nprint('after the figure')"),
+]
+
+
+def _toy(path: Path, cells) -> None:
+    path.write_text(json.dumps({
+        "cells": [{"cell_type": kind, "id": f"toy-{i}", "metadata": {}, "source": source,
+                   **({"execution_count": None, "outputs": []} if kind == "code" else {})}
+                  for i, (kind, source) in enumerate(cells)],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5}))
+
+
+def test_executor_without_jupyter_stores_what_jupyter_would(tmp_path):
+    """The fallback a bare GPU machine uses: streams, display(), the last expression, figures, cwd, errors."""
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    good, bad = folder / "good.ipynb", folder / "bad.ipynb"
+    _toy(good, TOY_NOTEBOOK)
+    _toy(bad, [("code", "print('before')"), ("code", "1 / 0"), ("code", "print('never')")])
+    bad_text = bad.read_text()
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "execute_notebooks.py"), "--engine", "exec",
+                             "--timeout", "120", str(good), str(bad)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "ZeroDivisionError" in result.stderr, result.stdout + result.stderr
+    assert bad.read_text() == bad_text, "a notebook whose run failed must not be written"
+
+    code = [c for c in json.loads(good.read_text())["cells"] if c["cell_type"] == "code"]
+    assert [c["execution_count"] for c in code] == [1, 2, 3, 4]
+    streams = {o["name"]: "".join(o["text"]) for o in code[0]["outputs"]}
+    assert streams == {"stdout": "cwd notebooks\n", "stderr": "to stderr\n"}
+    kinds = [(o["output_type"], o["data"]["text/plain"]) for o in code[1]["outputs"]]
+    assert kinds == [("display_data", ["42"]), ("execute_result", ["43"])]
+    assert code[1]["outputs"][1]["execution_count"] == 2
+    assert code[2]["outputs"] == []
+    figure, printed = code[3]["outputs"]
+    assert figure["output_type"] == "display_data" and figure["data"]["image/png"].startswith("iVBORw0KGgo")
+    assert "".join(printed["text"]) == "after the figure\n"

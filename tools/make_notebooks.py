@@ -11,7 +11,10 @@ a cell for the CPU emulator; stages whose worth is a measurement (09, 10) print 
 file, never from numbers written here. Every cell runs without a GPU: Numba kernels fall back to the CUDA
 simulator on tiny shapes, PTX is assembled and disassembled on the CPU, and GPU-only work prints what it would
 need (a missing results/ file prints the command that writes it).
-Notebooks are written without outputs and with stable cell ids, so diffs stay readable.
+Notebooks are written with stable cell ids, so diffs stay readable. Their outputs come from a run,
+tools/execute_notebooks.py, and are committed: --check compares sources, ids and metadata with the outputs
+stripped, and rewriting a notebook whose sources did not change keeps its outputs (a changed one is written
+without outputs, to be executed again).
 """
 from __future__ import annotations
 
@@ -205,6 +208,27 @@ def notebook(name: str, cells: list[dict]) -> dict:
 
 def render(nb: dict) -> str:
     return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"  # as nbformat writes it
+
+
+def strip_outputs(nb: dict) -> dict:
+    """``nb`` as this generator writes it: every code cell without outputs and execution count."""
+    cells = [{**cell, "outputs": [], "execution_count": None} if cell["cell_type"] == "code" else cell
+             for cell in nb["cells"]]
+    return {**nb, "cells": cells}
+
+
+def committed(path: Path) -> dict | None:
+    """The notebook at ``path``, None if there is none or it is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def is_current(path: Path, nb: dict) -> bool:
+    """Whether the notebook at ``path`` is ``nb`` once its outputs are stripped (outputs do not count)."""
+    old = committed(path)
+    return old is not None and render(strip_outputs(old)) == render(nb)
 
 
 # ------------------------------------------------------------------------------------------ the notebooks
@@ -1643,22 +1667,27 @@ else:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare with the committed notebooks; write nothing")
+    parser.add_argument("--check", action="store_true",
+                        help="compare with the committed notebooks, outputs stripped; write nothing")
     args = parser.parse_args(argv)
     stale = []
     for name, nb in build().items():
         path = NOTEBOOKS / f"{name}.ipynb"
-        text = render(nb)
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                stale.append(path.name)
-        else:
+        if is_current(path, nb):
+            continue  # sources unchanged: the committed outputs stay
+        stale.append(path.name)
+        if not args.check:
             NOTEBOOKS.mkdir(exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path.relative_to(ROOT)}")
-    if stale:
+            path.write_text(render(nb))
+            print(f"wrote {path.relative_to(ROOT)} (without outputs)")
+    if stale and args.check:
         print("out of date (run python tools/make_notebooks.py):", ", ".join(stale))
         return 1
+    if stale:
+        print("execute them to store their outputs: PYTHONPATH=. python tools/execute_notebooks.py",
+              " ".join(f"notebooks/{name}" for name in stale))
+    else:
+        print("every notebook is current (outputs kept)")
     return 0
 
 
