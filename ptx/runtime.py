@@ -179,6 +179,11 @@ def stream_handle(stream) -> int:
     raise TypeError(f"stream must be an int handle, a stream object or None, got {type(stream).__name__}")
 
 
+def _hashable(value):
+    """A launch dimension (an int, a sequence of ints, or None) as a dict key."""
+    return value if value is None or isinstance(value, (int, np.integer)) else tuple(value)
+
+
 def _dims(value, what: str) -> tuple[int, int, int]:
     dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
     if not 1 <= len(dims) <= 3 or any(int(d) < 1 for d in dims):
@@ -260,8 +265,7 @@ class Kernel:
 
     def launch(self, grid, block, args, *, shared_bytes: int = 0, cluster=None, stream=None) -> None:
         from cuda.bindings import driver
-        key = (grid if isinstance(grid, int) else tuple(grid), block if isinstance(block, int) else tuple(block),
-               int(shared_bytes), None if cluster is None else tuple(cluster), stream_handle(stream))
+        key = (_hashable(grid), _hashable(block), int(shared_bytes), _hashable(cluster), stream_handle(stream))
         config = self._configs.get(key)
         if config is None:
             if len(self._configs) > 256:  # a long-running process with ever new shapes or streams
