@@ -3,6 +3,8 @@
     from gemm import fp8_gemm_nt, per_token_cast_to_fp8, per_block_cast_to_fp8
     fp8_gemm_nt((a, sa), (b, sb), out)
 
+The MoE grouped GEMMs (``m_grouped_fp8_gemm_nt_contiguous``, ``m_grouped_fp8_gemm_nt_masked``) live in
+:mod:`gemm.grouped`.
 The kernel generator lives in :mod:`gemm.kernel` (config, emitters, ``generate``, launch), its heuristics in
 :mod:`gemm.heuristics`. Host-side FP8 basics live in :mod:`gemm.fp8`, argument checks in :mod:`gemm.validate`, timing and the
 accuracy measure in :mod:`gemm.testing`, the benchmark command in :mod:`gemm.bench`.
@@ -11,6 +13,11 @@ from . import _compat  # noqa: F401  (before anything imports numba)
 from .api import ScaleLayoutWarning, fp8_gemm_nt, get_mn_major_tma_aligned_tensor  # noqa: F401
 from .deepgemm_api import (  # noqa: F401  (DeepGEMM's names: docs/deepgemm.md)
     get_col_major_tma_aligned_tensor, get_num_sms, get_tma_aligned_size, gemm_fp8_fp8_bf16_nt, set_num_sms,
+    m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked,
+)
+from .grouped import (  # noqa: F401  (MoE grouped GEMMs)
+    get_m_alignment_for_contiguous_layout, m_grouped_fp8_gemm_nt_contiguous, m_grouped_fp8_gemm_nt_masked,
+    masked_sa_to_mn_major,
 )
 from .fp8 import (  # noqa: F401
     AMAX_FLOOR, BF16, E4M3, E4M3_MAX, GROUP, calc_diff, ceil_to_ue8m0, ceil_div, e4m3_decode, e4m3_encode, per_block_cast_to_fp8,

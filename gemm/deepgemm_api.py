@@ -9,6 +9,8 @@ are not here yet.
 from __future__ import annotations
 
 from gemm.api import fp8_gemm_nt, get_mn_major_tma_aligned_tensor
+from gemm.grouped import (get_m_alignment_for_contiguous_layout, m_grouped_fp8_gemm_nt_contiguous,
+                          m_grouped_fp8_gemm_nt_masked, masked_sa_to_mn_major)
 from gemm.heuristics import get_num_sms, set_num_sms
 
 TMA_ALIGNMENT_BYTES = 16  # TMA wants every row stride a multiple of 16 bytes
@@ -28,9 +30,25 @@ def get_tma_aligned_size(x: int, element_size: int) -> int:
 
 
 def get_col_major_tma_aligned_tensor(sa):
-    """DeepGEMM's name of :func:`gemm.get_mn_major_tma_aligned_tensor` (sa stored M-major, M padded to 4)."""
+    """DeepGEMM's name of :func:`gemm.get_mn_major_tma_aligned_tensor` (sa stored M-major, M padded to 4); a 3-D
+    (G, M, K/128) sa, as the masked grouped GEMM takes, is stored M-major per group
+    (:func:`gemm.grouped.masked_sa_to_mn_major`), as DeepGEMM's helper does for batched scales."""
+    if len(sa.shape) == 3:
+        return masked_sa_to_mn_major(sa)
     return get_mn_major_tma_aligned_tensor(sa)
 
 
+def m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs, rhs, out, m_indices, *, stream=None) -> None:
+    """DeepGEMM's name of :func:`gemm.m_grouped_fp8_gemm_nt_contiguous` (MoE experts, tokens stacked by group)."""
+    m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices, stream=stream)
+
+
+def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m, *, stream=None) -> None:
+    """DeepGEMM's name of :func:`gemm.m_grouped_fp8_gemm_nt_masked` (MoE decode: per-group row counts on the
+    device, CUDA-graph capturable)."""
+    m_grouped_fp8_gemm_nt_masked(lhs, rhs, out, masked_m, expected_m, stream=stream)
+
+
 __all__ = ["gemm_fp8_fp8_bf16_nt", "get_tma_aligned_size", "get_col_major_tma_aligned_tensor", "set_num_sms",
-           "get_num_sms"]
+           "get_num_sms", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+           "get_m_alignment_for_contiguous_layout"]

@@ -3,7 +3,8 @@
 
 No GPU, no driver: the tests use it to check every config on small shapes (the ring wrapping, several tiles per
 CTA, ragged M and N), and the notebooks to let a student run stages 07+ on a laptop. ``sm_count`` stands in for
-the device's SM count, so a small grid walks many tiles per CTA.
+the device's SM count, so a small grid walks many tiles per CTA. :func:`run_grouped_gemm` does the same for the
+MoE grouped GEMMs (``config.gemm_type`` "contiguous" or "masked", :mod:`gemm.grouped`).
 """
 from __future__ import annotations
 
@@ -46,4 +47,47 @@ def run_gemm(config: KernelConfig, a, sa, b, sb, *, c=None, sm_count: int = 3, s
     return d if d.dtype == np.float32 else bf16_to_float(d)
 
 
-__all__ = ["run_gemm"]
+def run_grouped_gemm(config: KernelConfig, a, sa, b, sb, layout, *, d=None, sm_count: int = 3,
+                     seed: int | None = None, preempt: bool = True) -> np.ndarray:
+    """A grouped GEMM by ``config``'s kernel on the emulator; returns D as float32 (host arrays; D starts as NaN,
+    or as ``d`` (BF16 bits, uint16), so untouched rows show).
+
+    * ``config.gemm_type == "contiguous"``: a (sum M, K), sa (sum M, K/128) (values, row-major: stored M-major
+      here), b (G, N, K), sb (G, ceil(N/128), K/128), ``layout`` = m_indices (sum M,) int32; D (sum M, N).
+    * ``"masked"``: a (G, M_max, K), sa (G, M_max, K/128) (stored M-major per group here, M_max padded to 4), b,
+      sb as above,
+      ``layout`` = masked_m (G,) int32; D (G, M_max, N)."""
+    from ptx.emulate import FakeTensorMap, run_kernel
+    if not config.grouped:
+        raise ValueError(f"run_grouped_gemm runs grouped configs; {config.describe()} is a dense one (run_gemm)")
+    groups, n, k = b.shape
+    kb = k // 128
+    layout = np.ascontiguousarray(layout, np.int32)
+    if config.gemm_type == "contiguous":
+        m = a.shape[0]
+        sa_stride = align(m, 4)
+        storage = np.zeros((kb, sa_stride), np.float32)  # M-major, M padded to 4
+        storage[:, :m] = np.asarray(sa).T
+        out_shape = (m, n)
+    else:
+        m = a.shape[1]
+        sa_stride = align(m, 4)
+        storage = np.zeros((groups, kb, sa_stride), np.float32)  # M-major per group, M_max padded to 4
+        storage[:, :, :m] = np.asarray(sa, np.float32).transpose(0, 2, 1)
+        out_shape = (groups, m, n)
+    if d is None:
+        d = np.full(out_shape, BF16_NAN_BITS, np.uint16)
+    d = np.ascontiguousarray(d, np.uint16).reshape(out_shape)
+    data = {"tmap_a": np.ascontiguousarray(a).view(np.uint8), "tmap_b": np.ascontiguousarray(b).view(np.uint8),
+            "tmap_sa": storage, "tmap_d": d}
+    maps = {name: FakeTensorMap(data[name], np.dtype(spec["dtype"]), spec["shape"], spec["row_stride_bytes"],
+                                spec["box"], spec["swizzle"])
+            for name, spec in tensor_map_specs(config, m, n, k, sa_stride, groups).items()}
+    run_kernel(generate(config, n, k), KERNEL, (grid(config, m, n, sm_count, groups),), config.threads,
+               SharedPlan(config, n, k).shared_bytes,
+               dict(**maps, sb=np.ascontiguousarray(sb, np.float32), d=d, m=m, grouped_layout=layout, groups=groups),
+               seed=seed, preempt=preempt)
+    return bf16_to_float(d)
+
+
+__all__ = ["run_gemm", "run_grouped_gemm"]

@@ -106,11 +106,13 @@ def wave_cost(block_m: int, block_n: int) -> int:
     return max(block_m * block_n, FEED_WEIGHT * (block_m + block_n), latency)
 
 
-def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168, fits=None) -> tuple[int, int]:
+def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168, fits=None,
+                  groups: int = 1) -> tuple[int, int]:
     """Fewest modelled cycles: waves x (K blocks x wave_cost + TILE_OVERHEAD); ties go to fewer waves, the larger
     block, then the taller one (two math warpgroups hide each other's promotion: 128 x 64 beat 64 x 128 by 4% at
     128 x 7168 x 2048). The per-tile overhead (prologue, epilogue) matters at small K: at 4096 x 32768 x 512,
-    4096 tiles of 256 x 128 beat 5472 of 128 x 192 by 3%, while at K = 7168 and 8192 the 128 x 192 ones win."""
+    4096 tiles of 256 x 128 beat 5472 of 128 x 192 by 3%, while at K = 7168 and 8192 the 128 x 192 ones win.
+    ``groups``: ``groups`` problems of M rows each (the masked grouped GEMM: tiles are counted per group)."""
     best_key, best = None, None
     for block_m in BLOCK_M_CANDIDATES:
         if block_m > 64 and m <= 64 or block_m > 128 and m <= 128:
@@ -120,7 +122,7 @@ def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168,
                 continue
             if fits is not None and not fits(block_m, block_n):
                 continue
-            waves = ceil_div(ceil_div(m, block_m) * ceil_div(n, block_n), sms)
+            waves = ceil_div(groups * ceil_div(m, block_m) * ceil_div(n, block_n), sms)
             cost = waves * (ceil_div(k, 128) * wave_cost(block_m, block_n) + TILE_OVERHEAD)
             key = (cost, waves, -block_m * block_n, -block_m)
             if best_key is None or key < best_key:
@@ -181,5 +183,55 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
     return config
 
 
-__all__ = ["choose_config", "choose_blocks", "raster_group", "device_facts", "DeviceFacts", "H100", "set_num_sms",
+# -- MoE grouped GEMMs (gemm.grouped) ----------------------------------------------------------------------
+# Block rows a grouped GEMM may use: contiguous tiles must not span two groups, so BLOCK_M divides the groups'
+# alignment (128). Masked ones may take 256 (the cost model counts the tiles per group, so a partial last block
+# weighs in): on DeepGEMM's six masked shapes 256 x 128 tiles measured 1.03-1.12x the best 128-row ones on the
+# H100 (1224-1306 TFLOP/s at K = 7168), where DeepGEMM itself uses {64, 128}.
+GROUPED_BLOCK_M = {"contiguous": (64, 128), "masked": (64, 128, 256)}
+
+
+def choose_grouped_config(gemm_type: str, m: int, n: int, k: int, groups: int,
+                          device: DeviceFacts | None = None) -> KernelConfig:
+    """The config of an m-grouped GEMM (``gemm_type`` "contiguous" or "masked", :mod:`gemm.grouped`) on ``device``.
+
+    ``m``: contiguous, the rows of A (the sum of the groups' aligned rows, padding included); masked, the rows a
+    group is expected to use (``expected_m``: the counts themselves are known on the device only). The block shape
+    comes from the dense cost model (:func:`choose_blocks`) with BLOCK_M in :data:`GROUPED_BLOCK_M` and the masked
+    tiles counted per group; stages as many as fit; no multicast (both CTAs of a cluster would have to be in one
+    group). Contiguous runs one CTA per tile when the tiles fit in one wave, else persistent like the dense kernel;
+    masked is always persistent (its walk follows the device's counts)."""
+    return _choose_grouped_config(gemm_type, m, n, k, groups, device or device_facts(), post_passes())
+
+
+@functools.lru_cache(maxsize=1024)
+def _choose_grouped_config(gemm_type: str, m: int, n: int, k: int, groups: int, device: DeviceFacts,
+                           passes: tuple[str, ...]) -> KernelConfig:
+    if gemm_type not in GROUPED_BLOCK_M:
+        raise ValueError(f"gemm_type must be one of {sorted(GROUPED_BLOCK_M)}, got {gemm_type!r}")
+    epilogue = "tma" if n % 8 == 0 else "staged"
+    masked = gemm_type == "masked"
+
+    def fits(block_m: int, block_n: int) -> bool:
+        if block_m not in GROUPED_BLOCK_M[gemm_type]:
+            return False
+        trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue, gemm_type=gemm_type)
+        return max_stages(trial, n, k, limit=3, budget=device.shared_limit) >= 3
+    block_m, block_n = choose_blocks(max(m, 1), n, device.sm_count, staged=n % 8 != 0, k=k, fits=fits,
+                                     groups=groups if masked else 1)
+    tiles = (groups if masked else 1) * ceil_div(max(m, 1), block_m) * ceil_div(n, block_n)
+    persistent = masked or tiles > device.sm_count
+    config = KernelConfig(block_m=block_m, block_n=block_n, stages=2, producer="warpgroup", registers=REGISTERS,
+                          persistent=persistent,
+                          raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
+                          epilogue=epilogue, gemm_type=gemm_type)
+    config = config.replace(stages=max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit),
+                            post_passes=passes)
+    if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
+        print(f"m-grouped {gemm_type} M={m} N={n} K={k} G={groups}: {config.describe()}")
+    return config
+
+
+__all__ = ["choose_config", "choose_blocks", "choose_grouped_config", "GROUPED_BLOCK_M",
+           "raster_group", "device_facts", "DeviceFacts", "H100", "set_num_sms",
            "get_num_sms"]

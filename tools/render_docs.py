@@ -205,6 +205,15 @@ def ablation_lines(results: Path, lessons_dir: Path, rendered: dict[Path, str]) 
     return updated
 
 
+def grouped_block(result: dict) -> str:
+    """The MoE grouped GEMMs' table (gemm.bench --grouped): ours, DeepGEMM's, and our dense GEMM at the same M."""
+    from gemm.bench import GROUPED_COLUMNS
+    lines = [describe_device(result), "", format_table(GROUPED_COLUMNS, result["rows"], markdown=True)]
+    if result.get("reference_note"):
+        lines += ["", result["reference_note"]]
+    return "\n".join(lines)
+
+
 def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path, str]:
     """The new text of every doc in ``docs`` that holds a results block."""
     ladder_json, bench_json = results / "ladder.json", results / "gemm_bench.json"
@@ -216,6 +225,9 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
         if bench_json.exists() else _missing("python -m gemm.bench", "gemm_bench.json"),
     }
     blocks.update(ablation_blocks(results, docs))
+    grouped_json = results / "grouped_bench.json"
+    blocks["grouped_bench_results"] = grouped_block(read_result(grouped_json)) if grouped_json.exists() else \
+        _missing("python -m gemm.bench --grouped", "grouped_bench.json")
     for sweep in (results / "ffma_pass.json", results / "multicast.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))

@@ -21,7 +21,20 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   atom (64 BF16 / 32 FP32). A 256 x 128 BF16 tile through a 128 x 64 buffer frees the 48 KiB a fourth ring stage
   needs (2 -> 3 stages measured +9-19%), for three waits per tile until a pass's store has read the buffer;
 * ``post_passes``: cubin passes run after assembly (stage 10's FFMA interleave, :mod:`ptx.passes`);
-* ``gemm_type``: grouped GEMMs fill it later; only "normal" is accepted today.
+* ``gemm_type``: ``"normal"`` (one GEMM), or one of the MoE grouped GEMMs (:mod:`gemm.grouped`), where B is a
+  stack of G expert weights (G, N, K) seen by TMA as one (G*N, K) tensor:
+
+  - ``"contiguous"``: A holds every expert's tokens one after another (each group's rows aligned to
+    :data:`CONTIGUOUS_ALIGNMENT`), and a device array ``m_indices`` gives each row's group (-1: padding). A tile
+    reads the group of its first row once per role (producer, math) and skips itself when that is not in 0..G-1;
+    otherwise B and its scales come from that group. BLOCK_M must divide the alignment.
+  - ``"masked"``: A is (G, M_max, K) and only the first ``masked_m[g]`` rows of group g (a device array, so a CUDA
+    graph replays it with new counts) are computed and stored. Persistent only: the scheduler walks the groups'
+    tiles in order (:class:`gemm.kernel.scheduler.TileScheduler`), and the epilogue stores rows below the group's
+    count only.
+
+  Grouped kernels use the warpgroup producer and no multicast (a cluster pair would have to agree on its group
+  per tile; not implemented, so ``multicast=2`` is refused).
 """
 from __future__ import annotations
 
@@ -41,6 +54,8 @@ OUT_BYTES = {"bf16": 2, "f32": 4}  # bytes per element of D
 # cubin -> cubin passes a config may ask for (ptx.passes), by name: the FFMA interleave with DeepGEMM's rule, or
 # with one yield every other FFMA (stage 10)
 POST_PASSES = {"ffma_deepgemm": "deepgemm", "ffma_every_other": "every_other"}
+GEMM_TYPES = ("normal", "contiguous", "masked")
+CONTIGUOUS_ALIGNMENT = 128  # rows: every group of an m-grouped contiguous A starts at a multiple of this
 
 
 @dataclass(frozen=True)
@@ -121,8 +136,28 @@ class KernelConfig:
         unknown = [name for name in self.post_passes if name not in POST_PASSES]
         if unknown:
             raise ValueError(f"post_passes {unknown}: known cubin passes are {sorted(POST_PASSES)}")
-        if self.gemm_type != "normal":
-            raise ValueError(f"gemm_type {self.gemm_type!r}: grouped GEMMs are not generated yet")
+        if self.gemm_type not in GEMM_TYPES:
+            raise ValueError(f"gemm_type must be one of {GEMM_TYPES}, got {self.gemm_type!r}")
+        if self.grouped:
+            if self.producer != "warpgroup":
+                raise ValueError(f"gemm_type={self.gemm_type!r} needs producer='warpgroup' (the producer reads "
+                                 "each tile's group)")
+            if self.multicast != 1:
+                raise ValueError(f"gemm_type={self.gemm_type!r} with multicast={self.multicast}: the two CTAs of a "
+                                 "cluster would have to be in one group at every step, which is not implemented; "
+                                 "grouped GEMMs use multicast=1")
+            if self.accumulate or self.out_dtype != "bf16":
+                raise ValueError(f"gemm_type={self.gemm_type!r} writes a BF16 D (out_dtype='bf16', no accumulate)")
+        if self.gemm_type == "contiguous" and CONTIGUOUS_ALIGNMENT % self.block_m:
+            raise ValueError(f"gemm_type='contiguous': block_m must divide the groups' alignment "
+                             f"({CONTIGUOUS_ALIGNMENT} rows), so that no tile spans two groups; got {self.block_m}")
+        if self.gemm_type == "masked" and not self.persistent:
+            raise ValueError("gemm_type='masked' walks the groups' tiles in a persistent loop (their count is only "
+                             "known on the device): it needs persistent=True")
+
+    @property
+    def grouped(self) -> bool:
+        return self.gemm_type != "normal"
 
     @property
     def d_buffer_shape(self) -> tuple[int, int]:
@@ -176,6 +211,8 @@ class KernelConfig:
         if self.out_dtype != "bf16" or self.accumulate:
             fields.append(f"{self.out_dtype} out" + (", D += A*B" if self.accumulate else ""))
         fields += [f"pass {name}" for name in self.post_passes]
+        if self.grouped:
+            fields.insert(0, f"m-grouped {self.gemm_type}")
         return ", ".join(fields)
 
 
@@ -290,5 +327,6 @@ def tiles(config: KernelConfig, m: int, n: int) -> int:
     return ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
 
 
-__all__ = ["KernelConfig", "SharedPlan", "BLOCK_K", "WARPGROUP", "SHARED_LIMIT", "staging_pitch",
+__all__ = ["KernelConfig", "SharedPlan", "GEMM_TYPES", "CONTIGUOUS_ALIGNMENT",
+           "BLOCK_K", "WARPGROUP", "SHARED_LIMIT", "staging_pitch",
            "tma_store_box_columns", "max_stages", "tiles"]

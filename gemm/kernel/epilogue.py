@@ -46,21 +46,25 @@ class StagedEpilogue:
     def __init__(self, b: KernelBuilder, plan: SharedPlan, math: MathWarpgroups, smem: str, d: str, m: str):
         self.b, self.plan, self.math, self.smem, self.d, self.m = b, plan, math, smem, d, m
 
-    def store(self, m0: str, n0: str) -> None:
+    def store(self, m0: str, n0: str, bound: str | None = None) -> None:
+        """``bound``: D rows at or past it are not stored (a register; None: M)."""
         b, plan = self.b, self.plan
         if not plan.d_bytes:  # the tile reuses the A ring: every math warp must be done reading it
             b.emit(math_barrier(plan.config))
         staging = b.reg("u32", "staging")
         b.emit(f"add.u32 {staging}, {self.smem}, {plan.staging};")
-        self.math.store(staging, self.d, m0, n0, self.m, plan.n)
+        self.math.store(staging, self.d, m0, n0, self.m if bound is None else bound, plan.n)
 
     def finish(self) -> None:
         pass
 
 
 class TmaEpilogue:
-    def __init__(self, b: KernelBuilder, plan: SharedPlan, math: MathWarpgroups, smem: str, tmap_d: str):
-        self.b, self.plan, self.math, self.tmap_d = b, plan, math, tmap_d
+    """``d``: D's global address, needed only by stores with a row bound (:meth:`store`)."""
+
+    def __init__(self, b: KernelBuilder, plan: SharedPlan, math: MathWarpgroups, smem: str, tmap_d: str,
+                 d: str | None = None):
+        self.b, self.plan, self.math, self.tmap_d, self.d = b, plan, math, tmap_d, d
         c = plan.config
         self.atom_cols = tma_store_box_columns(c.block_n, c.out_bytes)
         self.row_bytes = c.out_bytes * self.atom_cols
@@ -145,7 +149,11 @@ class TmaEpilogue:
             e(f"add.u32 {address}, {self.row_address}, {atom_offset + 2 * chunk};")
         return address
 
-    def store(self, m0: str, n0: str) -> None:
+    def store(self, m0: str, n0: str, bound: str | None = None) -> None:
+        """The tile's totals to D[m0.., n0..]. ``bound`` (a register, for the masked grouped GEMM): D rows at or
+        past it must stay untouched, which the TMA store cannot promise (it clips at the tensor's edges only), so
+        a pass whose rows reach past ``bound`` is copied out of the shared buffer by the math threads with
+        row-masked ``st.global`` instead (:meth:`_copy_rows_below`); passes of rows all below it use TMA."""
         b, e, c = self.b, self.b.emit, self.plan.config
         waves = list(enumerate(self.math.totals))
         row_passes, col_passes = c.block_m // self.buffer_rows, c.block_n // self.buffer_cols
@@ -159,7 +167,63 @@ class TmaEpilogue:
                 self._write(waves[row_pass * per_pass:(row_pass + 1) * per_pass],
                             range(first_group, first_group + self.buffer_cols // 8))
                 e(t.fence_proxy_async(), math_barrier(c))  # every warp's shared writes visible to the TMA unit
-                self._issue_stores(m0, n0, row_pass * self.buffer_rows, col_pass * self.buffer_cols)
+                if bound is None:
+                    self._issue_stores(m0, n0, row_pass * self.buffer_rows, col_pass * self.buffer_cols)
+                else:
+                    self._bounded_stores(m0, n0, row_pass * self.buffer_rows, col_pass * self.buffer_cols, bound)
+
+    def _bounded_stores(self, m0: str, n0: str, row0: int, col0: int, bound: str) -> None:
+        """TMA stores when the buffer's rows all lie below ``bound`` (uniform across the CTA), else the masked copy."""
+        b, e, r = self.b, self.b.emit, self.b.reg
+        end, whole, done, partial = r("u32"), r("pred"), b.label("bounded_done"), b.label("partial_rows")
+        e(f"add.u32 {end}, {m0}, {row0 + self.buffer_rows};", f"setp.gt.u32 {whole}, {end}, {bound};",
+          f"@{whole} bra {partial};")
+        self._issue_stores(m0, n0, row0, col0)
+        e(f"bra {done};")
+        b.place(partial)
+        self._copy_rows_below(m0, n0, row0, col0, bound)
+        b.place(done)
+
+    def _copy_rows_below(self, m0: str, n0: str, row0: int, col0: int, bound: str) -> None:
+        """The math threads read the buffer in 16-byte chunks (undoing the swizzle, :func:`d_tile_offset`) and
+        store those of rows below ``bound`` and columns below N to D with ``st.global.v4``. Generic-proxy reads of
+        generic writes after the math barrier: no proxy fence needed; the next pass's first barrier orders these
+        reads before the buffer is written again."""
+        b, e, r, c = self.b, self.b.emit, self.b.reg, self.plan.config
+        item = c.out_bytes
+        chunk_items = 16 // item
+        row_chunks = self.buffer_cols // chunk_items  # 16-byte chunks per buffer row
+        atom_chunks = self.row_bytes // 16  # per atom row
+        total = self.buffer_rows * row_chunks
+        n = self.plan.n
+        for first in range(0, total, c.math_threads):
+            index, row, chunk, skip = r("u32"), r("u32"), r("u32"), b.label("copy_skip")
+            outside = r("pred")
+            e(f"add.u32 {index}, {self.math.tid}, {first};")
+            if first + c.math_threads > total:
+                e(f"setp.ge.u32 {outside}, {index}, {total};", f"@{outside} bra {skip};")
+            e(f"div.u32 {row}, {index}, {row_chunks};", f"rem.u32 {chunk}, {index}, {row_chunks};")
+            grow, gcol, keep, keep_col = r("u32"), r("u32"), r("pred"), r("pred")
+            e(f"add.u32 {grow}, {m0}, {row};", f"add.u32 {grow}, {grow}, {row0};",
+              f"mad.lo.u32 {gcol}, {chunk}, {chunk_items}, {n0};", f"add.u32 {gcol}, {gcol}, {col0};",
+              f"setp.lt.u32 {keep}, {grow}, {bound};", f"setp.lt.u32 {keep_col}, {gcol}, {n};",
+              f"and.pred {keep}, {keep}, {keep_col};", f"@!{keep} bra {skip};")
+            # shared address: atom = chunk / atom_chunks, chunk within the atom XOR row % 8 (128-byte rows)
+            atom, within, address = r("u32"), r("u32"), r("u32")
+            e(f"div.u32 {atom}, {chunk}, {atom_chunks};", f"rem.u32 {within}, {chunk}, {atom_chunks};")
+            if self.row_bytes == 128:
+                low = r("u32")
+                e(f"and.b32 {low}, {row}, 7;", f"xor.b32 {within}, {within}, {low};")
+            e(f"mul.lo.u32 {address}, {atom}, {self.buffer_rows * self.row_bytes};",
+              f"mad.lo.u32 {address}, {row}, {self.row_bytes}, {address};",
+              f"mad.lo.u32 {address}, {within}, 16, {address};", f"add.u32 {address}, {address}, {self.tile};")
+            values = b.regs("b32", 4)
+            pointer, wide = r("u64"), r("u64")
+            e(f"ld.shared.v4.b32 {{{', '.join(values)}}}, [{address}];",
+              f"mul.wide.u32 {pointer}, {grow}, {item * n};", f"mul.wide.u32 {wide}, {gcol}, {item};",
+              f"add.u64 {pointer}, {pointer}, {wide};", f"add.u64 {pointer}, {pointer}, {self.d};",
+              f"st.global.v4.b32 [{pointer}], {{{', '.join(values)}}};")
+            b.place(skip)
 
     def _issue_stores(self, m0: str, n0: str, row0: int, col0: int) -> None:
         """One elected thread stores the buffer's atoms at D[m0 + row0.., n0 + col0..] and commits the group."""

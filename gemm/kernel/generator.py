@@ -11,7 +11,9 @@ masks them). The pieces, each in its own module:
 
 Thread layout: the math warpgroups come first (threads 0 .. math_threads-1, so a math thread's index is its
 ``%tid.x``), the producer warpgroup, if any, last. Kernel parameters: the tensor maps of A, B and sa (and of
-D for the TMA epilogue), the sb and D pointers, and M.
+D for the TMA epilogue), the sb and D pointers, and M; the grouped GEMMs (``config.gemm_type``) add the
+``grouped_layout`` pointer (m_indices or masked_m, int32) and G. For them M is the rows of A (contiguous: sum of
+the groups' rows) or of one group (masked: M_max), B's map has G*N rows, sb is G blocks of ceil(N/128) x K/128.
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ SMEM = "smem"
 
 def kernel_params(config: KernelConfig) -> list[tuple[str, str]]:
     maps = ["tmap_a", "tmap_b", "tmap_sa"] + (["tmap_d"] if config.epilogue == "tma" else [])
-    return [("tmap", name) for name in maps] + [("u64", "sb"), ("u64", "d"), ("u32", "m")]
+    grouped = [("u64", "grouped_layout"), ("u32", "groups")] if config.grouped else []
+    return [("tmap", name) for name in maps] + [("u64", "sb"), ("u64", "d"), ("u32", "m")] + grouped
 
 
 def check_problem(config: KernelConfig, n: int, k: int) -> SharedPlan:
@@ -70,6 +73,11 @@ class _Kernel:
                 e(t.tensormap_address(self.tmaps[name], b.param(name)))
         self.sb, self.d = r("u64", "ptr_sb"), r("u64", "ptr_d")
         e(core.global_pointer_param(self.sb, b.param("sb")), core.global_pointer_param(self.d, b.param("d")))
+        self.layout = self.groups = None
+        if c.grouped:
+            self.layout, self.groups = r("u64", "ptr_layout"), r("u32", "groups")
+            e(core.global_pointer_param(self.layout, b.param("grouped_layout")),
+              f"ld.param.u32 {self.groups}, [{b.param('groups')}];")
         self.ring = Ring(b, self.plan, self.smem, {k: v for k, v in self.tmaps.items() if k != "tmap_d"})
         first = r("pred", "p_first")
         skip = b.label("init_done")
@@ -88,7 +96,7 @@ class _Kernel:
 
     def epilogue(self, math: MathWarpgroups):
         if self.config.epilogue == "tma":
-            return TmaEpilogue(self.b, self.plan, math, self.smem, self.tmaps["tmap_d"])
+            return TmaEpilogue(self.b, self.plan, math, self.smem, self.tmaps["tmap_d"], self.d)
         return StagedEpilogue(self.b, self.plan, math, self.smem, self.d, self.m)
 
     def release(self, math: MathWarpgroups, empty: str, target: str | None = None):
@@ -146,9 +154,9 @@ class _Kernel:
         sb_tile = r("u32", "sb_tile")
         e(f"add.u32 {sb_tile}, {self.smem}, {p.sb_region};")
         c_stage, c_parity = self.ring.counters("c")
-        scheduler = TileScheduler(b, c, p.n, self.m, "mt")
+        scheduler = self.scheduler("mt")
         with scheduler.tiles() as (m0, n0):
-            self.load_b_scales(math, sb_tile, n0)
+            self.load_b_scales(math, sb_tile, n0, scheduler.group)
             math.zero_totals()
             self.release_target = None
             if c.multicast > 1:  # lane l releases CTA l's stage; with no peer at this step, both go to this CTA
@@ -171,8 +179,14 @@ class _Kernel:
                     self.k_loop(math, sb_tile, c_stage, c_parity, variant)
                     e(f"bra {done};")
                 b.place(done)
-            epilogue.store(m0, n0)
+            if scheduler.row_bound is not None:  # masked: rows g*M_max + m0.., stored below the group's count
+                epilogue.store(scheduler.a_row, n0, scheduler.row_bound)
+            else:
+                epilogue.store(m0, n0)
         epilogue.finish()
+
+    def scheduler(self, name: str) -> TileScheduler:
+        return TileScheduler(self.b, self.config, self.plan.n, self.m, name, self.layout, self.groups, self.plan.kb)
 
     def k_loop(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str, former: int | None) -> None:
         b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
@@ -192,12 +206,18 @@ class _Kernel:
         self.ring.advance(c_stage, c_parity)
         e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {p.kb};", f"@{more} bra {top};")
 
-    def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str) -> None:
-        """The tile's K/128 B scales into shared memory, once per tile (every thread of the tile reads each one)."""
+    def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str, group: str | None = None) -> None:
+        """The tile's K/128 B scales into shared memory, once per tile (every thread of the tile reads each one).
+        ``group``: a grouped GEMM's tile group (its scales are the g-th ceil(N/128) x K/128 block of sb)."""
         b, e, r, p, c = self.b, self.b.emit, self.b.reg, self.plan, self.config
         e(math_barrier(c))  # every warp finished reading the previous tile's scales
+        sb = self.sb
+        if group is not None:
+            sb, offset = r("u64", "sb_group"), r("u64")
+            e(f"mul.wide.u32 {offset}, {group}, {ceil_div(p.n, 128) * p.kb * 4};",
+              f"add.u64 {sb}, {self.sb}, {offset};")
         row, base = r("u32"), r("u64")
-        e(f"shr.u32 {row}, {n0}, 7;", f"mul.wide.u32 {base}, {row}, {p.kb * 4};", f"add.u64 {base}, {base}, {self.sb};")
+        e(f"shr.u32 {row}, {n0}, 7;", f"mul.wide.u32 {base}, {row}, {p.kb * 4};", f"add.u64 {base}, {base}, {sb};")
         # two rows when the tile may span two scale blocks; the last tile's second row may not exist (its
         # columns are past N and never stored), so indices past the last row read its last scale instead
         count = p.kb * p.sb_rows
@@ -224,7 +244,7 @@ class _Kernel:
         b.place(producer_label)
         e(f"setp.eq.u32 {leader}, {self.tid}, {c.math_threads};")
         WarpgroupProducer(self.ring, c.registers, leader, end if self.rank else None, self.rank).emit(
-            TileScheduler(b, c, self.plan.n, self.m, "pt"))
+            self.scheduler("pt"))
         b.place(end)
         if self.rank:  # neither CTA leaves while the other may still touch its shared memory
             e(t.cluster_sync())

@@ -53,19 +53,27 @@ def kernel(config: KernelConfig, n: int, k: int):
     return load_kernel(cubin(config, n, k), KERNEL)
 
 
-def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: int) -> dict[str, dict]:
-    """What each tensor map describes: keyword arguments of ptx.tma.tensor_map_2d (minus the pointer)."""
+def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: int, groups: int = 1) -> dict[str, dict]:
+    """What each tensor map describes: keyword arguments of ptx.tma.tensor_map_2d (minus the pointer).
+
+    Grouped GEMMs (``groups`` = G): B is the (G*N, K) stack of the experts' weights; for the masked one M is
+    M_max, A and D are the (G*M_max) rows of all groups, and sa (G, M_max, Kb) stored M-major per group
+    (``sa_stride`` = M_max, a multiple of 4) is one (G*Kb, M_max) map."""
+    masked = config.gemm_type == "masked"
+    rows = groups * m if masked else m
     specs = {
-        "tmap_a": dict(dtype=np.uint8, shape=(m, k), row_stride_bytes=k, box=(config.block_m, BLOCK_K), swizzle=128),
-        "tmap_b": dict(dtype=np.uint8, shape=(n, k), row_stride_bytes=k, box=(config.block_n, BLOCK_K), swizzle=128),
+        "tmap_a": dict(dtype=np.uint8, shape=(rows, k), row_stride_bytes=k, box=(config.block_m, BLOCK_K),
+                       swizzle=128),
+        "tmap_b": dict(dtype=np.uint8, shape=(groups * n if config.grouped else n, k), row_stride_bytes=k,
+                       box=(config.block_n, BLOCK_K), swizzle=128),
         # sa is (Kb, M) floats in memory (M-major, rows padded to sa_stride): a box is one K group's BLOCK_M
-        "tmap_sa": dict(dtype=np.float32, shape=(k // BLOCK_K, m), row_stride_bytes=4 * sa_stride,
-                        box=(1, config.block_m), swizzle=0),
+        "tmap_sa": dict(dtype=np.float32, shape=((groups if masked else 1) * (k // BLOCK_K), m),
+                        row_stride_bytes=4 * sa_stride, box=(1, config.block_m), swizzle=0),
     }
     if config.epilogue == "tma":
         item = config.out_bytes
         columns = tma_store_box_columns(config.block_n, item)
-        specs["tmap_d"] = dict(dtype=np.float32 if config.out_dtype == "f32" else np.uint16, shape=(m, n),
+        specs["tmap_d"] = dict(dtype=np.float32 if config.out_dtype == "f32" else np.uint16, shape=(rows, n),
                                row_stride_bytes=item * n, box=(config.d_buffer_shape[0], columns),
                                swizzle=128 if columns * item == 128 else 0)
     return specs
@@ -81,10 +89,11 @@ def tensor_maps(config: KernelConfig, pointers: tuple[int, int, int, int], m: in
     return tuple(tensor_map_2d(by_name[name], **spec) for name, spec in specs.items())
 
 
-def grid(config: KernelConfig, m: int, n: int, sm_count: int) -> int:
+def grid(config: KernelConfig, m: int, n: int, sm_count: int, groups: int = 1) -> int:
     """CTAs to launch: one per tile, or (persistent) one per SM, never more than there are tiles; a multiple of the
-    cluster size (a pair's second CTA may find no tile: the kernel handles a lone CTA)."""
-    tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
+    cluster size (a pair's second CTA may find no tile: the kernel handles a lone CTA). Masked grouped GEMMs: at
+    most the tiles of G full groups of M (= M_max) rows (the counts in use are known on the device only)."""
+    tiles = (groups if config.gemm_type == "masked" else 1) * ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
     count = min(tiles, sm_count) if config.persistent else tiles
     return max(config.multicast, count - count % config.multicast) if count % config.multicast else count
 
@@ -114,4 +123,26 @@ def prepare(config: KernelConfig, args, *, sm_count: int):
                                         shared_bytes=shared_bytes, cluster=cluster)
 
 
-__all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "grid", "launch", "prepare"]
+# -- grouped GEMMs (gemm.grouped) ---------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1024)
+def grouped_tensor_maps(config: KernelConfig, pointers: tuple[int, int, int, int], m: int, n: int, k: int,
+                        sa_stride: int, groups: int) -> tuple:
+    """The encoded maps of one grouped call, in parameter order (cached per pointers and shape)."""
+    from ptx.tma import tensor_map_2d
+    specs = tensor_map_specs(config, m, n, k, sa_stride, groups)
+    by_name = dict(zip(("tmap_a", "tmap_b", "tmap_sa", "tmap_d"), pointers))
+    return tuple(tensor_map_2d(by_name[name], **spec) for name, spec in specs.items())
+
+
+def launch_grouped(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
+    """Run a grouped ``config``'s kernel on validated arguments (gemm.grouped.GroupedArgs)."""
+    m, n, k, groups = args.m, args.n, args.k, args.groups
+    maps = grouped_tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride,
+                               groups)
+    kernel(config, n, k).launch(grid(config, m, n, sm_count, groups), config.threads,
+                                [*maps, args.sb.ptr, args.d.ptr, m, args.layout.ptr, groups],
+                                shared_bytes=SharedPlan(config, n, k).shared_bytes, stream=stream)
+
+
+__all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "grid", "launch", "prepare", "grouped_tensor_maps",
+           "launch_grouped"]

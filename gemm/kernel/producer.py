@@ -87,19 +87,29 @@ class Ring:
           f"selp.u32 {stage}, 0, {stage}, {wrap};", f"xor.b32 {flipped}, {parity}, 1;",
           f"selp.u32 {parity}, {flipped}, {parity}, {wrap};")
 
-    def load(self, stage: Stage, k_block: str | int, m0: str, n0: str, pair: "PairFlags | None" = None) -> None:
+    def load(self, stage: Stage, k_block: str | int, m0: str, n0: str, pair: "PairFlags | None" = None,
+             rows=None) -> None:
         """Expect the stage's bytes on its full barrier, then the three TMA copies of K block ``k_block``.
 
         With a cluster pair, A and its scales come once for both CTAs: rank 0 multicasts them (``pair.lead``),
         rank 1 issues nothing for them (its barrier still expects their bytes), and when the pair's tiles do not
-        share rows each CTA loads its own (``pair.own``). B is always the CTA's own."""
+        share rows each CTA loads its own (``pair.own``). B is always the CTA's own.
+
+        ``rows``: a grouped GEMM's scheduler (:class:`gemm.kernel.scheduler.TileScheduler` inside its tile walk),
+        whose ``a_row``, ``sa_x``, ``sa_k_base`` and ``b_row`` place the tile in the stacked operands."""
         e = self.b.emit
         k_byte = self.b.reg("u32", "kx")
         e(f"shl.b32 {k_byte}, {k_block}, 7;" if isinstance(k_block, str) else f"mov.u32 {k_byte}, {k_block * BLOCK_K};")
         e(t.mbarrier_arrive_expect_tx(stage.full, self.plan.stage_bytes))
         own = f"@{pair.own} " if pair else ""
-        e(own + t.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0, stage.full),
-          own + t.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block, stage.full))
+        a_row, sa_x, sa_y = m0, m0, k_block
+        if rows is not None:
+            a_row, sa_x, n0 = rows.a_row, rows.sa_x, rows.b_row
+            if rows.sa_k_base is not None:  # masked: group g's scales are rows g*K/128.. of the (G*Kb, M_max) map
+                sa_y = self.b.reg("u32", "sa_y")
+                e(f"add.u32 {sa_y}, {rows.sa_k_base}, {k_block};")
+        e(own + t.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, a_row, stage.full),
+          own + t.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], sa_x, sa_y, stage.full))
         if pair:
             e(f"@{pair.lead} " + t.tma_load_2d_multicast(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0, stage.full,
                                                          pair.mask),
@@ -170,7 +180,7 @@ class WarpgroupProducer:
             b.place(top)
             slot = ring.stage(stage)
             ring.wait(slot.empty, parity, "wait_empty")
-            ring.load(slot, k, m0, n0, pair)
+            ring.load(slot, k, m0, n0, pair, scheduler if scheduler.config.grouped else None)
             ring.advance(stage, parity)
             b.emit(f"add.u32 {k}, {k}, 1;", f"setp.lt.u32 {more}, {k}, {kb};", f"@{more} bra {top};")
         if self.rank:

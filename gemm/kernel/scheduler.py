@@ -11,6 +11,20 @@ The ~132 tiles in flight at once then cover about G n-blocks by 132/G m-blocks, 
 overlap in L2 instead of streaming all of B past every A row block. The M-block count is a run-time value (M is
 a kernel parameter); N, and so the n-block count, is compiled in. :func:`tile_coords` is the same map in
 Python, for tests and figures.
+
+The MoE grouped GEMMs (``config.gemm_type``, :mod:`gemm.grouped`) add where a tile's operands come from:
+
+* **contiguous**: the walk is the dense one over sum(M) rows. Each role reads the tile's group
+  ``g = m_indices[m0]`` (one ``ld.global`` per tile; producer and math read the same word, so they agree) and
+  skips the tile when ``g`` is not in 0..G-1 (-1 marks padding: its D rows are left as they are). B's rows are
+  ``g*N + n0`` of the (G*N, K) stack of experts.
+* **masked**: CTA ``c`` walks *virtual* tile indices ``c, c + grid, ...``, which number the tiles of group 0,
+  then of group 1, and so on; group g has ``ceil(masked_m[g] / BLOCK_M) * n_blocks`` of them (masked_m read on
+  the device, clamped to 0..M_max). A CTA's index only grows, so it keeps a cursor (group, its first virtual
+  tile) and moves it forward: O(G) loads of masked_m per CTA in all. Inside a group the order is the dense one
+  (row-major or the raster groups). A and D rows are ``g*M_max + m0`` of the flattened (G*M_max) rows, sa is
+  loaded at (m0, g*K/128 + k), and the epilogue stores rows below ``g*M_max + masked_m[g]`` only
+  (:attr:`TileScheduler.row_bound`). :func:`masked_schedule` is the same walk in Python.
 """
 from __future__ import annotations
 
@@ -36,13 +50,40 @@ def schedule(cta: int, grid: int, m_blocks: int, n_blocks: int, raster_group: in
     return [tile_coords(t, m_blocks, n_blocks, raster_group) for t in range(cta, m_blocks * n_blocks, grid)]
 
 
-class TileScheduler:
-    """Emits the tile walk for one role (producer or math): ``with scheduler.tiles() as (m0, n0): ...``."""
+def masked_schedule(cta: int, grid: int, masked_m, m_max: int, block_m: int, n_blocks: int,
+                    raster_group: int) -> list[tuple[int, int, int]]:
+    """The (group, m block, n block) tiles CTA ``cta`` of a masked grouped GEMM computes, in order."""
+    counts = [ceil_div(min(max(int(x), 0), m_max), block_m) for x in masked_m]
+    starts = [0]
+    for count in counts:
+        starts.append(starts[-1] + count * n_blocks)
+    out = []
+    for tile in range(cta, starts[-1], grid):
+        group = max(g for g in range(len(counts)) if starts[g] <= tile)
+        raster = raster_group if raster_group < n_blocks else 0
+        out.append((group, *tile_coords(tile - starts[group], counts[group], n_blocks, raster)))
+    return out
 
-    def __init__(self, b: KernelBuilder, config: KernelConfig, n: int, m: str, name: str):
+
+class TileScheduler:
+    """Emits the tile walk for one role (producer or math): ``with scheduler.tiles() as (m0, n0): ...``.
+
+    Where the tile's operands and output rows are, for the grouped GEMMs (``layout``: the u64 global address of
+    m_indices or masked_m, ``groups``: G, both registers), inside :meth:`tiles`: :attr:`a_row` (A's and D's row,
+    m0 for a dense tile), :attr:`b_row` (B's row, n0), :attr:`sa_k_base` (added to the K block for sa's row, or
+    None), :attr:`group` (the tile's group register, or None) and :attr:`row_bound` (D rows at or past it are not
+    stored; None: M, the dense bound)."""
+
+    def __init__(self, b: KernelBuilder, config: KernelConfig, n: int, m: str, name: str,
+                 layout: str | None = None, groups: str | None = None, k_blocks: int = 0):
         self.b, self.config, self.name = b, config, name
+        self.n, self.m, self.layout, self.groups, self.k_blocks = n, m, layout, groups, k_blocks
         self.n_blocks = ceil_div(n, config.block_n)
+        self.group = self.sa_k_base = self.row_bound = None
         e, r = b.emit, b.reg
+        if config.gemm_type == "masked":  # the tile count is walked group by group in tiles()
+            self.group_tiles = None
+            return
         self.num_tiles = r("u32", f"{name}_tiles")
         m_blocks = r("u32", f"{name}_mblocks")
         e(f"add.u32 {m_blocks}, {m}, {config.block_m - 1};",
@@ -94,20 +135,95 @@ class TileScheduler:
     @contextmanager
     def tiles(self):
         """The body runs once per tile of this CTA with (m0, n0) registers; persistent kernels loop (``self.tile``
-        is the tile index meanwhile)."""
+        is the tile index meanwhile). Grouped GEMMs set the attributes named in the class docstring first."""
+        if self.config.gemm_type == "masked":
+            yield from self._masked_tiles()
+            return
         b, e, r = self.b, self.b.emit, self.b.reg
         tile = self.tile = r("u32", f"{self.name}_tile")
         e(f"mov.u32 {tile}, %ctaid.x;")
         if not self.config.persistent:  # the grid is the tile count: exactly one tile, no loop
+            if self.config.gemm_type == "contiguous":
+                skip = b.label(f"{self.name}_skip")
+                yield self._contiguous_group(*self._coords(tile), skip)
+                b.place(skip)
+                return
             yield self._coords(tile)
             return
         step, done, top, finished = r("u32"), r("pred"), b.label(f"{self.name}_tile"), b.label(f"{self.name}_done")
         e(f"mov.u32 {step}, %nctaid.x;")
         b.place(top)
         e(f"setp.ge.u32 {done}, {tile}, {self.num_tiles};", f"@{done} bra {finished};")
-        yield self._coords(tile)
+        if self.config.gemm_type == "contiguous":
+            skip = b.label(f"{self.name}_skip")
+            yield self._contiguous_group(*self._coords(tile), skip)
+            b.place(skip)
+        else:
+            yield self._coords(tile)
         e(f"add.u32 {tile}, {tile}, {step};", f"bra {top};")
         b.place(finished)
 
+    # -- grouped GEMMs ------------------------------------------------------------------------------
+    def _contiguous_group(self, m0: str, n0: str, skip: str) -> tuple[str, str]:
+        """g = m_indices[m0]; a tile whose g is not in 0..G-1 (-1: padding) branches to ``skip``; B row g*N + n0."""
+        e, r = self.b.emit, self.b.reg
+        address, group, outside = r("u64"), r("u32", f"{self.name}_group"), r("pred")
+        e(f"mul.wide.u32 {address}, {m0}, 4;", f"add.u64 {address}, {address}, {self.layout};",
+          f"ld.global.nc.u32 {group}, [{address}];",
+          # unsigned: -1 (padding) is 0xffffffff, past every group
+          f"setp.ge.u32 {outside}, {group}, {self.groups};", f"@{outside} bra {skip};")
+        self.group, self.a_row, self.sa_x = group, m0, m0
+        self.b_row = r("u32", "b_row")
+        e(f"mad.lo.u32 {self.b_row}, {group}, {self.n}, {n0};")
+        return m0, n0
 
-__all__ = ["TileScheduler", "tile_coords", "schedule"]
+    def _load_group(self, group: str, rows: str, m_blocks: str, count: str) -> None:
+        """rows = clamp(masked_m[group], 0, M_max); m_blocks = ceil(rows / BLOCK_M); count = m_blocks * n_blocks."""
+        e, r, c = self.b.emit, self.b.reg, self.config
+        address = r("u64")
+        e(f"mul.wide.u32 {address}, {group}, 4;", f"add.u64 {address}, {address}, {self.layout};",
+          f"ld.global.nc.u32 {rows}, [{address}];", f"max.s32 {rows}, {rows}, 0;", f"min.s32 {rows}, {rows}, {self.m};",
+          f"add.u32 {m_blocks}, {rows}, {c.block_m - 1};",
+          f"shr.u32 {m_blocks}, {m_blocks}, {c.block_m.bit_length() - 1};",
+          f"mul.lo.u32 {count}, {m_blocks}, {self.n_blocks};")
+        if self.group_tiles is not None:
+            e(f"mul.lo.u32 {self.group_tiles}, {m_blocks}, {self.config.raster_group};")
+
+    def _masked_tiles(self):
+        b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
+        name = self.name
+        tile = self.tile = r("u32", f"{name}_tile")
+        step = r("u32")
+        group, rows, m_blocks = r("u32", f"{name}_group"), r("u32", f"{name}_rows"), r("u32", f"{name}_mblocks")
+        first, count, end = r("u32", f"{name}_first"), r("u32", f"{name}_count"), r("u32", f"{name}_end")
+        if c.raster_group and c.raster_group < self.n_blocks:
+            self.group_tiles = r("u32", f"{name}_gtiles")
+        e(f"mov.u32 {tile}, %ctaid.x;", f"mov.u32 {step}, %nctaid.x;", f"mov.u32 {group}, 0;",
+          f"mov.u32 {first}, 0;")
+        self._load_group(group, rows, m_blocks, count)  # G >= 1 (checked on the host)
+        e(f"add.u32 {end}, {first}, {count};")
+        seek, found, finished = b.label(f"{name}_seek"), b.label(f"{name}_found"), b.label(f"{name}_done")
+        inside, done = r("pred"), r("pred")
+        b.place(seek)  # move the cursor to the group holding this tile (t only grows: never backwards)
+        e(f"setp.lt.u32 {inside}, {tile}, {end};", f"@{inside} bra {found};",
+          f"add.u32 {group}, {group}, 1;", f"setp.ge.u32 {done}, {group}, {self.groups};", f"@{done} bra {finished};",
+          f"mov.u32 {first}, {end};")
+        self._load_group(group, rows, m_blocks, count)
+        e(f"add.u32 {end}, {first}, {count};", f"bra {seek};")
+        b.place(found)
+        local = r("u32", "local_tile")
+        e(f"sub.u32 {local}, {tile}, {first};")
+        m0, n0 = self._coords(local)  # in the group: its m_blocks (and raster group tiles) are loaded
+        base = r("u32", "group_row")
+        self.group, self.b_row = group, r("u32", "b_row")
+        self.a_row, self.row_bound, self.sa_k_base = r("u32", "a_row"), r("u32", "row_bound"), r("u32", "sa_k")
+        e(f"mul.lo.u32 {base}, {group}, {self.m};", f"add.u32 {self.a_row}, {base}, {m0};",
+          f"add.u32 {self.row_bound}, {base}, {rows};", f"mul.lo.u32 {self.sa_k_base}, {group}, {self.k_blocks};",
+          f"mad.lo.u32 {self.b_row}, {group}, {self.n}, {n0};")
+        self.sa_x = m0
+        yield m0, n0
+        e(f"add.u32 {tile}, {tile}, {step};", f"bra {seek};")
+        b.place(finished)
+
+
+__all__ = ["TileScheduler", "tile_coords", "schedule", "masked_schedule"]
