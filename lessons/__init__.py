@@ -18,6 +18,9 @@ Each stage's docstring tells its story once: the one idea, what changed vs the s
 paragraph, rewritten from ``results/ladder.json`` by ``tools/render_docs.py``). The notebooks print it.
 
 Module names start with digits, so load them with :func:`stage`.
+
+Topic lessons (:data:`TOPICS`, e.g. ``lessons/moe_grouped.py``) are ordinary modules with no stage number:
+``from lessons import moe_grouped``.
 """
 from __future__ import annotations
 
@@ -39,6 +42,9 @@ STAGES = {
     10: "10_ffma_interleave",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
+# Topic lessons (lessons/<name>.py): one subject told across the stages, not a rung of the ladder. No stage number,
+# none of the stage contract above; ``python -m lessons`` and the ladder never load them.
+TOPICS = {"moe_grouped": "grouped GEMMs for MoE: the contiguous and the masked layout, and their tile walks"}
 
 
 def stage(number: int):

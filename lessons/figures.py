@@ -22,6 +22,8 @@ figure                         drawn from
 08_tile_raster                 ``schedule`` / ``tile_coords`` (gemm.kernel.scheduler)
 09_cluster_multicast           ``schedule`` + the pair rule of ``TileScheduler.pair_flags``
 10_ffma_yield_bits             stage 09 / 10 cubins, ``is_yield``, ``reuse_b``, ``ffma_runs`` (ptx.passes)
+moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
+                               scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
 
 The two timelines are real traces with modelled durations. :func:`trace_barriers` wraps the emulator's
@@ -1048,6 +1050,116 @@ def ffma_yield_bits(listings: dict | None = None) -> Figure:
     return fig
 
 
+# ============================================================================ topic: MoE grouped GEMMs
+MOE_EXAMPLE = dict(counts=(150, 0, 40, 90), block_m=64, n_blocks=3, grid=5, m_max=192)
+
+
+def moe_walk_map(walks, m_blocks: int, n_blocks: int) -> dict[str, np.ndarray]:
+    """(m_blocks x n_blocks) arrays ``owner`` (CTA, -1: no CTA visits it), ``step`` (its index in that CTA's walk),
+    ``group`` (-1: a skipped padding tile, -2: not visited) and ``count`` (visits), from the walks of
+    lessons.moe_grouped (contiguous: m blocks over sum M; masked: ``g * blocks per slab + m block``, pass the
+    walks through :func:`_slab_rows` first)."""
+    out = {"owner": np.full((m_blocks, n_blocks), -1), "step": np.full((m_blocks, n_blocks), -1),
+           "group": np.full((m_blocks, n_blocks), -2), "count": np.zeros((m_blocks, n_blocks), int)}
+    for cta, walk in enumerate(walks):
+        for step, (g, mb, nb) in enumerate(walk):
+            out["owner"][mb, nb], out["step"][mb, nb], out["group"][mb, nb] = cta, step, g
+            out["count"][mb, nb] += 1
+    return out
+
+
+def _slab_rows(walks, slab_blocks: int):
+    """Masked walks (group, m block in the group, n block) -> (group, row of blocks in the flattened slabs, n)."""
+    return [[(g, g * slab_blocks + mb, nb) for g, mb, nb in walk] for walk in walks]
+
+
+def moe_layouts(counts=MOE_EXAMPLE["counts"], block_m: int = MOE_EXAMPLE["block_m"],
+                n_blocks: int = MOE_EXAMPLE["n_blocks"], grid: int = MOE_EXAMPLE["grid"],
+                m_max: int = MOE_EXAMPLE["m_max"]) -> Figure:
+    """Both grouped-GEMM layouts of one routing (``counts`` tokens per expert) and the tiles each CTA computes:
+    lessons.moe_grouped.dispatch for the layouts, contiguous_tiles / masked_tiles (the kernel's scheduler
+    functions) for the walks."""
+    from gemm.fp8 import ceil_div
+    from lessons import moe_grouped as mg
+    layout = mg.dispatch(np.asarray(counts), len(counts), m_max=m_max)
+    contiguous, masked = layout.contiguous, layout.masked
+    group_colors = [colormaps["tab10"](g % 10) for g in range(len(counts))]
+    cta_colors = colormaps["Pastel1"].resampled(9)
+    fig = _figure(12, 9.5)
+    axes = fig.subplots(2, 2, width_ratios=[1, 2.6])
+
+    def rows_column(ax, groups_of_rows, boundaries, labels, title):
+        """One bar of rows, coloured by group (hatched grey: padding / empty slot), a line per block."""
+        for row, g in enumerate(groups_of_rows):
+            ax.add_patch(Rectangle((0, row), 1, 1, facecolor=group_colors[g] if g >= 0 else "0.92", lw=0,
+                                   hatch=None if g >= 0 else "///", edgecolor="0.7"))
+        for y in boundaries:
+            ax.axhline(y, color="black", lw=0.6)
+        for y, text in labels:
+            ax.text(1.08, y, text, fontsize=7.5, va="center", ha="left")
+        ax.set_xlim(0, 2.6)
+        ax.set_ylim(len(groups_of_rows), 0)
+        ax.set_xticks([])
+        ax.set_ylabel("row of A (and of out)")
+        ax.set_title(title, fontsize=9.5)
+        for side in ("top", "right", "bottom"):
+            ax.spines[side].set_visible(False)
+
+    def tile_grid(ax, data, row_height, title, blank):
+        m_blocks = data["owner"].shape[0]
+        for (mb, nb), cta in np.ndenumerate(data["owner"]):
+            y = mb * row_height
+            g = data["group"][mb, nb]
+            if cta < 0:
+                ax.add_patch(Rectangle((nb, y), 1, row_height, facecolor="white", edgecolor="0.8", lw=0.5))
+                ax.text(nb + 0.5, y + row_height / 2, blank, ha="center", va="center", fontsize=7, color="0.6")
+                continue
+            skipped = g < 0
+            ax.add_patch(Rectangle((nb, y), 1, row_height, facecolor="0.9" if skipped else cta_colors(cta % 9),
+                                   edgecolor=group_colors[g] if g >= 0 else "0.6", lw=2 if g >= 0 else 0.8,
+                                   hatch="xx" if skipped else None))
+            text = f"CTA {cta}, step {data['step'][mb, nb]}" + (" (skip)" if skipped else f"\ngroup {g}")
+            ax.text(nb + 0.5, y + row_height / 2, text, ha="center", va="center", fontsize=7.5)
+        ax.set_xlim(0, n_blocks)
+        ax.set_ylim(m_blocks * row_height, 0)
+        ax.set_xticks([nb + 0.5 for nb in range(n_blocks)], [f"n block {nb}" for nb in range(n_blocks)])
+        ax.set_yticks([])
+        ax.set_title(title, fontsize=9.5)
+
+    # contiguous: one A, groups back to back, each aligned to the layout's alignment and padded with -1
+    m_blocks = ceil_div(contiguous.rows, block_m)
+    labels = [(mb * block_m + block_m / 2, f"m_indices[{mb * block_m}] = {int(contiguous.m_indices[mb * block_m])}")
+              for mb in range(m_blocks)]
+    rows_column(axes[0, 0], contiguous.m_indices, [mb * block_m for mb in range(m_blocks + 1)], labels,
+                f"contiguous A: {contiguous.rows} rows, groups\naligned to {contiguous.alignment} "
+                f"({contiguous.padding} padding rows, hatched)")
+    walks = mg.contiguous_tiles(contiguous.m_indices, block_m, n_blocks * 128, 128, grid=grid, skipped=True,
+                                groups=len(counts))
+    tile_grid(axes[0, 1], moe_walk_map(walks, m_blocks, n_blocks), block_m,
+              f"contiguous walk: the dense schedule over sum M on {grid} CTAs;\na tile whose m_indices[m0] is -1 "
+              "is skipped (hatched: the CTA spends the step on a load and a branch)", "")
+
+    # masked: a slab of M_max rows per group, masked_m[g] of them real
+    slab_blocks = ceil_div(m_max, block_m)
+    slab = np.where(masked.source >= 0, np.arange(len(counts))[:, None], -1).ravel()
+    labels = [(g * m_max + m_max / 2, f"group {g}: masked_m = {int(masked.masked_m[g])}") for g in range(len(counts))]
+    rows_column(axes[1, 0], slab, [g * m_max for g in range(len(counts) + 1)], labels,
+                f"masked A: G = {len(counts)} slabs of M_max = {m_max} rows\n(hatched: slots no token fills)")
+    walks = mg.masked_tiles(masked.masked_m, m_max, block_m, n_blocks, grid)
+    data = moe_walk_map(_slab_rows(walks, slab_blocks), len(counts) * slab_blocks, n_blocks)
+    tile_grid(axes[1, 1], data, block_m, f"masked walk: CTA c takes virtual tiles c, c + {grid}, ... of the groups' "
+              "tiles in order (masked_schedule);\nblocks past masked_m are not tiles, an empty group has none",
+              "no tile")
+    axes[1, 1].set_ylim(len(counts) * m_max, 0)
+    for g in range(len(counts) + 1):
+        axes[1, 1].axhline(g * m_max, color="black", lw=1.2)
+    handles = [Patch(facecolor=group_colors[g], label=f"group (expert) {g}: {c} tokens") for g, c in enumerate(counts)]
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(counts), fontsize=8.5)
+    fig.suptitle(f"MoE grouped GEMMs (lessons/moe_grouped.py): one routing, two layouts, BLOCK_M = {block_m}, "
+                 f"{n_blocks} n blocks, {grid} CTAs (cell colour = CTA, outline = group)", fontsize=10.5)
+    return fig
+
+
 # ============================================================================ the registry
 FIGURES = {
     "01_naive_thread_map": naive_thread_map,
@@ -1063,6 +1175,7 @@ FIGURES = {
     "08_tile_raster": tile_raster,
     "09_cluster_multicast": cluster_multicast,
     "10_ffma_yield_bits": ffma_yield_bits,
+    "moe_grouped_layouts": moe_layouts,
 }
 
 __all__ = ["FIGURES", "Event", "RingTrace", "Timing", "trace_barriers", "replay", "stage06_trace", "stage07_trace",
@@ -1070,4 +1183,5 @@ __all__ = ["FIGURES", "Event", "RingTrace", "Timing", "trace_barriers", "replay"
            "thread_output_map", "smem_banks", "staging_lanes", "micro_tile_map", "fragment_owner",
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
+           "moe_walk_map",
            *(function.__name__ for function in FIGURES.values())]

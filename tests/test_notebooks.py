@@ -22,7 +22,8 @@ import lessons
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
-TOPIC_NOTEBOOKS = [NOTEBOOK_DIR / "precision.ipynb"]  # not a stage: the numerics of FP8 scaling and promotion
+TOPIC_NOTEBOOKS = [NOTEBOOK_DIR / "precision.ipynb",  # not a stage: the numerics of FP8 scaling and promotion
+                   NOTEBOOK_DIR / "moe_grouped.ipynb"]  # not a stage: MoE grouped GEMMs, their layouts and walks
 CELL_TIMEOUT_S = 600  # a GPU run compiles kernels and times the ladder shape; the CPU run takes seconds
 
 

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the cell modules beside this file
 from emulator_cells import break_it_cells, emulator_cells  # noqa: E402
+from moe_notebook import cells as moe_cells  # noqa: E402
 from precision_notebook import cells as precision_cells  # noqa: E402
 
 
@@ -399,6 +400,7 @@ def build() -> dict[str, dict]:
             figures += [*emulator_cells(number), *break_it_cells(number)]
         cells[len(cells) - timing:len(cells) - timing] = figures
     books["precision"] = precision_cells()
+    books["moe_grouped"] = moe_cells()
     return {name: notebook(name, cells) for name, cells in books.items()}
 
 
