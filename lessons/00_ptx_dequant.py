@@ -52,8 +52,26 @@ def _shape_from(m: int, dims: tuple[int, ...]) -> tuple[int, int]:
     return m, dims[-1]
 
 
-def generate(m: int = 4096, *dims: int) -> str:
-    """PTX for dequantizing an (m, k) e4m3 tensor: ``generate(m, k)``. Needs k % 16 == 0."""
+def dequantize_pair(kb: KernelBuilder, pair: str, scale: str) -> str:
+    """Emit the PTX for two elements: ``pair`` (a .b16 register) holds two e4m3 codes, the first in its low byte;
+    ``scale`` (.f32) is their group's scale. Returns the .b32 register holding bf16(e4m3 * scale) of both, the
+    first in its low half (so the 16-byte stores keep memory order). The hole of exercise 00 (lessons/exercises)."""
+    halves_f16x2, low, high = kb.reg("b32"), kb.reg("b16"), kb.reg("b16")
+    first, second, out = kb.reg("f32"), kb.reg("f32"), kb.reg("b32")
+    kb.emit(core.cvt_e4m3x2_to_f16x2(halves_f16x2, pair),
+            core.unpack_b32(low, high, halves_f16x2),
+            core.cvt_f16_to_f32(first, low),
+            core.cvt_f16_to_f32(second, high),
+            f"mul.rn.f32 {first}, {first}, {scale};",
+            f"mul.rn.f32 {second}, {second}, {scale};",
+            core.cvt_f32x2_to_bf16x2(out, second, first))
+    return out
+
+
+def generate(m: int = 4096, *dims: int, dequantize_pair=None) -> str:
+    """PTX for dequantizing an (m, k) e4m3 tensor: ``generate(m, k)``. Needs k % 16 == 0. ``dequantize_pair``:
+    a function like :func:`dequantize_pair` that emits each pair's PTX (exercise 00); default the stage's own."""
+    pair_body = globals()["dequantize_pair"] if dequantize_pair is None else dequantize_pair
     if not dims:
         dims = (7168,)
     m, k = _shape_from(m, dims)
@@ -103,16 +121,7 @@ def generate(m: int = 4096, *dims: int) -> str:
         pairs = kb.regs("b16", 2)
         kb.emit(core.unpack_b32(*pairs, word))
         for pair in pairs:
-            halves_f16x2, low, high = kb.reg("b32"), kb.reg("b16"), kb.reg("b16")
-            first, second, out = kb.reg("f32"), kb.reg("f32"), kb.reg("b32")
-            kb.emit(core.cvt_e4m3x2_to_f16x2(halves_f16x2, pair),
-                    core.unpack_b32(low, high, halves_f16x2),
-                    core.cvt_f16_to_f32(first, low),
-                    core.cvt_f16_to_f32(second, high),
-                    f"mul.rn.f32 {first}, {first}, {scale};",
-                    f"mul.rn.f32 {second}, {second}, {scale};",
-                    core.cvt_f32x2_to_bf16x2(out, second, first))
-            packed.append(out)
+            packed.append(pair_body(kb, pair, scale))
     kb.emit(core.element_address(y_address, y, chunk, 2 * BYTES_PER_THREAD),
             core.st_global_v4(y_address, packed[:4]),
             core.st_global_v4(y_address, packed[4:], offset=16))

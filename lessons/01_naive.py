@@ -45,20 +45,36 @@ def output_element(block_x, block_y, tx, ty):
     return m, n
 
 
-@cuda.jit
-def naive_kernel(a, sa, b, sb, d, m_size, n_size, groups):
-    m, n = output_element(cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x, cuda.threadIdx.y)
-    if m >= m_size or n >= n_size:
-        return
-    total = float32(0.0)
-    for g in range(groups):
-        partial = float32(0.0)
-        k = g * GROUP
-        while k < (g + 1) * GROUP:  # `while`, not `for ... range`: see numba_fp8.py (loops)
-            partial += e4m3_to_f32(a[m, k]) * e4m3_to_f32(b[n, k])
-            k += 1
-        total += partial * (sa[m, g] * sb[n // GROUP, g])
-    d[m, n] = f32_to_bf16_bits(total)
+@device_function
+def promote(total, partial, sa_value, sb_value):
+    """DeepGEMM's promotion: the K group's FP32 ``partial`` sum, scaled once by sa[m, g] * sb[n // 128, g], added
+    to the running FP32 ``total``; returns the new total. (The hole of exercise 01: lessons/exercises.)"""
+    return total + partial * (sa_value * sb_value)
+
+
+def make_kernel(promote=promote):
+    """The stage's kernel with ``promote`` (a device function like :func:`promote`) plugged in at the promotion;
+    ``make_kernel()`` is the stage's own ``naive_kernel``."""
+
+    @cuda.jit
+    def naive_kernel(a, sa, b, sb, d, m_size, n_size, groups):
+        m, n = output_element(cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x, cuda.threadIdx.y)
+        if m >= m_size or n >= n_size:
+            return
+        total = float32(0.0)
+        for g in range(groups):
+            partial = float32(0.0)
+            k = g * GROUP
+            while k < (g + 1) * GROUP:  # `while`, not `for ... range`: see numba_fp8.py (loops)
+                partial += e4m3_to_f32(a[m, k]) * e4m3_to_f32(b[n, k])
+                k += 1
+            total = promote(total, partial, sa[m, g], sb[n // GROUP, g])
+        d[m, n] = f32_to_bf16_bits(total)
+
+    return naive_kernel
+
+
+naive_kernel = make_kernel()
 
 
 KERNEL = naive_kernel
@@ -69,10 +85,11 @@ def launch_config(m: int, n: int):
     return (-(-n // BLOCK_N), -(-m // BLOCK_M)), (BLOCK_N, BLOCK_M)
 
 
-def gemm(a, sa, b, sb, d, stream=None):
-    """D = (A*sA)(B*sB)^T, BF16; see lessons/__init__.py for the contract. Asynchronous."""
+def gemm(a, sa, b, sb, d, stream=None, kernel=None):
+    """D = (A*sA)(B*sB)^T, BF16; see lessons/__init__.py for the contract. Asynchronous. ``kernel``: one from
+    :func:`make_kernel` (the exercises), else the stage's own."""
     args = check_gemm_args(a, sa, b, sb, d)
     grid, block = launch_config(args.m, args.n)
-    naive_kernel[grid, block, launch_stream(stream)](
+    (kernel or naive_kernel)[grid, block, launch_stream(stream)](
         kernel_array(args.a, OPERAND_DTYPE), kernel_array(args.sa, "f4"), kernel_array(args.b, OPERAND_DTYPE),
         kernel_array(args.sb, "f4"), kernel_array(args.d, "u2"), args.m, args.n, args.k // GROUP)

@@ -55,36 +55,50 @@ def shared_word(row: int, k: int, pitch: int) -> int:
     return row * pitch + k
 
 
-@cuda.jit
-def smem_tiling_kernel(a, sa, b, sb, d, m_size, n_size, groups):
-    a_tile = cuda.shared.array((TILE, BLOCK_K), float32)
-    b_tile = cuda.shared.array((TILE, B_PITCH), float32)
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    m0 = cuda.blockIdx.y * TILE
-    n0 = cuda.blockIdx.x * TILE
-    m, n = output_element(cuda.blockIdx.x, cuda.blockIdx.y, tx, ty)
-    total = float32(0.0)
-    for g in range(groups):
-        k0 = g * GROUP
-        # Stage: thread (ty, tx) decodes bytes tx, tx+32, tx+64, tx+96 of row ty of both tiles.
-        for step in range(BLOCK_K // TILE):
-            k = staged_k(step, tx)
-            a_tile[ty, k] = e4m3_to_f32(a[m0 + ty, k0 + k]) if m0 + ty < m_size else float32(0.0)
-            b_tile[ty, k] = e4m3_to_f32(b[n0 + ty, k0 + k]) if n0 + ty < n_size else float32(0.0)
-        cuda.syncthreads()
-        partial = float32(0.0)
-        k = 0
-        while k < BLOCK_K:  # `while`, not `for ... range`: see numba_fp8.py (loops)
-            partial += a_tile[ty, k] * b_tile[tx, k]
-            k += 1
+def b_tile_pitch() -> int:
+    """Row pitch of b_tile in float32 words: BLOCK_K + 1, so b_tile[tx, k] across a warp lands in 32 different
+    banks (the hole of exercise 02: lessons/exercises)."""
+    return B_PITCH
+
+
+def make_kernel(b_pitch=None):
+    """The stage's kernel with b_tile rows ``b_pitch`` words apart (a compile-time constant; default
+    :func:`b_tile_pitch`); ``make_kernel()`` is the stage's own ``smem_tiling_kernel``."""
+    b_pitch = b_tile_pitch() if b_pitch is None else int(b_pitch)
+
+    @cuda.jit
+    def smem_tiling_kernel(a, sa, b, sb, d, m_size, n_size, groups):
+        a_tile = cuda.shared.array((TILE, BLOCK_K), float32)
+        b_tile = cuda.shared.array((TILE, b_pitch), float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        m0 = cuda.blockIdx.y * TILE
+        n0 = cuda.blockIdx.x * TILE
+        m, n = output_element(cuda.blockIdx.x, cuda.blockIdx.y, tx, ty)
+        total = float32(0.0)
+        for g in range(groups):
+            k0 = g * GROUP
+            # Stage: thread (ty, tx) decodes bytes tx, tx+32, tx+64, tx+96 of row ty of both tiles.
+            for step in range(BLOCK_K // TILE):
+                k = staged_k(step, tx)
+                a_tile[ty, k] = e4m3_to_f32(a[m0 + ty, k0 + k]) if m0 + ty < m_size else float32(0.0)
+                b_tile[ty, k] = e4m3_to_f32(b[n0 + ty, k0 + k]) if n0 + ty < n_size else float32(0.0)
+            cuda.syncthreads()
+            partial = float32(0.0)
+            k = 0
+            while k < BLOCK_K:  # `while`, not `for ... range`: see numba_fp8.py (loops)
+                partial += a_tile[ty, k] * b_tile[tx, k]
+                k += 1
+            if m < m_size and n < n_size:
+                total += partial * (sa[m, g] * sb[n // GROUP, g])
+            cuda.syncthreads()  # the tiles are overwritten by the next group
         if m < m_size and n < n_size:
-            total += partial * (sa[m, g] * sb[n // GROUP, g])
-        cuda.syncthreads()  # the tiles are overwritten by the next group
-    if m < m_size and n < n_size:
-        d[m, n] = f32_to_bf16_bits(total)
+            d[m, n] = f32_to_bf16_bits(total)
+
+    return smem_tiling_kernel
 
 
+smem_tiling_kernel = make_kernel()
 KERNEL = smem_tiling_kernel
 OPERAND_DTYPE = "u1"  # how the kernel reads the FP8 bytes of A and B
 
@@ -93,10 +107,11 @@ def launch_config(m: int, n: int):
     return (-(-n // TILE), -(-m // TILE)), (TILE, TILE)
 
 
-def gemm(a, sa, b, sb, d, stream=None):
-    """D = (A*sA)(B*sB)^T, BF16; see lessons/__init__.py for the contract. Asynchronous."""
+def gemm(a, sa, b, sb, d, stream=None, kernel=None):
+    """D = (A*sA)(B*sB)^T, BF16; see lessons/__init__.py for the contract. Asynchronous. ``kernel``: one from
+    :func:`make_kernel` (the exercises), else the stage's own."""
     args = check_gemm_args(a, sa, b, sb, d)
     grid, block = launch_config(args.m, args.n)
-    smem_tiling_kernel[grid, block, launch_stream(stream)](
+    (kernel or smem_tiling_kernel)[grid, block, launch_stream(stream)](
         kernel_array(args.a, OPERAND_DTYPE), kernel_array(args.sa, "f4"), kernel_array(args.b, OPERAND_DTYPE),
         kernel_array(args.sb, "f4"), kernel_array(args.d, "u2"), args.m, args.n, args.k // GROUP)

@@ -86,64 +86,72 @@ def micro_offset(i, thread):
     return uint64((i // 4) * HALF_M + thread * 4 + i % 4)
 
 
-@cuda.jit
-def register_tiling_kernel(a_words, sa, b_words, sb, d, m_size, n_size, groups):
-    a_tile = cuda.shared.array((BLOCK_K, BLOCK_M), float32, alignment=SMEM_ALIGNMENT)  # k-major: A^T
-    b_tile = cuda.shared.array((BLOCK_K, BLOCK_N), float32, alignment=SMEM_ALIGNMENT)
-    a_frag = cuda.local.array(THREAD_M, float32)
-    b_frag = cuda.local.array(THREAD_N, float32)
-    partial = cuda.local.array((THREAD_M, THREAD_N), float32)
-    total = cuda.local.array((THREAD_M, THREAD_N), float32)
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    t = ty * THREADS_N + tx
-    m0 = cuda.blockIdx.y * BLOCK_M
-    n0 = cuda.blockIdx.x * BLOCK_N
-    for i in range(THREAD_M):
-        for j in range(THREAD_N):
-            partial[i, j] = float32(0.0)
-            total[i, j] = float32(0.0)
-    tiles = groups * TILES_PER_GROUP
-    tile = 0
-    while tile < tiles:  # `while`, not `for ... range`: see numba_fp8.py (loops)
-        stage_tile(a_words, m0, m_size, tile * (BLOCK_K // WORD_BYTES), a_tile, t)
-        stage_tile(b_words, n0, n_size, tile * (BLOCK_K // WORD_BYTES), b_tile, t)
-        cuda.syncthreads()
-        k = 0
-        while k < BLOCK_K:
-            for i in range(THREAD_M):
-                a_frag[i] = a_tile[k, micro_offset(i, ty)]
+def make_kernel(micro_offset=micro_offset):
+    """The stage's kernel with ``micro_offset`` (a device function like :func:`micro_offset`) plugged in
+    wherever a thread maps its i-th row / column to the tile; ``make_kernel()`` is the stage's own
+    ``register_tiling_kernel``. (The hole of exercise 03: lessons/exercises.)"""
+
+    @cuda.jit
+    def register_tiling_kernel(a_words, sa, b_words, sb, d, m_size, n_size, groups):
+        a_tile = cuda.shared.array((BLOCK_K, BLOCK_M), float32, alignment=SMEM_ALIGNMENT)  # k-major: A^T
+        b_tile = cuda.shared.array((BLOCK_K, BLOCK_N), float32, alignment=SMEM_ALIGNMENT)
+        a_frag = cuda.local.array(THREAD_M, float32)
+        b_frag = cuda.local.array(THREAD_N, float32)
+        partial = cuda.local.array((THREAD_M, THREAD_N), float32)
+        total = cuda.local.array((THREAD_M, THREAD_N), float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        t = ty * THREADS_N + tx
+        m0 = cuda.blockIdx.y * BLOCK_M
+        n0 = cuda.blockIdx.x * BLOCK_N
+        for i in range(THREAD_M):
             for j in range(THREAD_N):
-                b_frag[j] = b_tile[k, micro_offset(j, tx)]
-            for i in range(THREAD_M):
+                partial[i, j] = float32(0.0)
+                total[i, j] = float32(0.0)
+        tiles = groups * TILES_PER_GROUP
+        tile = 0
+        while tile < tiles:  # `while`, not `for ... range`: see numba_fp8.py (loops)
+            stage_tile(a_words, m0, m_size, tile * (BLOCK_K // WORD_BYTES), a_tile, t)
+            stage_tile(b_words, n0, n_size, tile * (BLOCK_K // WORD_BYTES), b_tile, t)
+            cuda.syncthreads()
+            k = 0
+            while k < BLOCK_K:
+                for i in range(THREAD_M):
+                    a_frag[i] = a_tile[k, micro_offset(i, ty)]
                 for j in range(THREAD_N):
-                    partial[i, j] += a_frag[i] * b_frag[j]
-            k += 1
-        cuda.syncthreads()  # the tiles are overwritten next
-        if tile % TILES_PER_GROUP == TILES_PER_GROUP - 1:  # a K group is complete: promote
-            g = tile // TILES_PER_GROUP
-            sb_scale = sb[cuda.blockIdx.x, g]
-            for i in range(THREAD_M):
-                m = m0 + micro_offset(i, ty)
-                scale = sa[m, g] * sb_scale if m < m_size else float32(0.0)
-                for j in range(THREAD_N):
-                    total[i, j] += partial[i, j] * scale
-                    partial[i, j] = float32(0.0)
-        tile += 1
-    # 64 inlined BF16 conversions are too long a loop for the compiler to unroll; indexing `total` from a
-    # rolled loop would move it to local memory for the whole kernel, so the epilogue reads a copy.
-    result = cuda.local.array((THREAD_M, THREAD_N), float32)
-    for i in range(THREAD_M):
-        for j in range(THREAD_N):
-            result[i, j] = total[i, j]
-    for i in range(THREAD_M):
-        m = m0 + micro_offset(i, ty)
-        for j in range(THREAD_N):
-            n = n0 + micro_offset(j, tx)
-            if m < m_size and n < n_size:
-                d[m, n] = f32_to_bf16_bits(result[i, j])
+                    b_frag[j] = b_tile[k, micro_offset(j, tx)]
+                for i in range(THREAD_M):
+                    for j in range(THREAD_N):
+                        partial[i, j] += a_frag[i] * b_frag[j]
+                k += 1
+            cuda.syncthreads()  # the tiles are overwritten next
+            if tile % TILES_PER_GROUP == TILES_PER_GROUP - 1:  # a K group is complete: promote
+                g = tile // TILES_PER_GROUP
+                sb_scale = sb[cuda.blockIdx.x, g]
+                for i in range(THREAD_M):
+                    m = m0 + micro_offset(i, ty)
+                    scale = sa[m, g] * sb_scale if m < m_size else float32(0.0)
+                    for j in range(THREAD_N):
+                        total[i, j] += partial[i, j] * scale
+                        partial[i, j] = float32(0.0)
+            tile += 1
+        # 64 inlined BF16 conversions are too long a loop for the compiler to unroll; indexing `total` from a
+        # rolled loop would move it to local memory for the whole kernel, so the epilogue reads a copy.
+        result = cuda.local.array((THREAD_M, THREAD_N), float32)
+        for i in range(THREAD_M):
+            for j in range(THREAD_N):
+                result[i, j] = total[i, j]
+        for i in range(THREAD_M):
+            m = m0 + micro_offset(i, ty)
+            for j in range(THREAD_N):
+                n = n0 + micro_offset(j, tx)
+                if m < m_size and n < n_size:
+                    d[m, n] = f32_to_bf16_bits(result[i, j])
+
+    return register_tiling_kernel
 
 
+register_tiling_kernel = make_kernel()
 KERNEL = register_tiling_kernel
 OPERAND_DTYPE = "u8"  # how the kernel reads the FP8 bytes of A and B
 
@@ -152,10 +160,11 @@ def launch_config(m: int, n: int):
     return (-(-n // BLOCK_N), -(-m // BLOCK_M)), (THREADS_N, THREADS_M)
 
 
-def gemm(a, sa, b, sb, d, stream=None):
-    """D = (A*sA)(B*sB)^T, BF16; see lessons/__init__.py for the contract. Asynchronous."""
+def gemm(a, sa, b, sb, d, stream=None, kernel=None):
+    """D = (A*sA)(B*sB)^T, BF16; see lessons/__init__.py for the contract. Asynchronous. ``kernel``: one from
+    :func:`make_kernel` (the exercises), else the stage's own."""
     args = check_gemm_args(a, sa, b, sb, d)
     grid, block = launch_config(args.m, args.n)
-    register_tiling_kernel[grid, block, launch_stream(stream)](
+    (kernel or register_tiling_kernel)[grid, block, launch_stream(stream)](
         kernel_array(args.a, OPERAND_DTYPE), kernel_array(args.sa, "f4"), kernel_array(args.b, OPERAND_DTYPE),
         kernel_array(args.sb, "f4"), kernel_array(args.d, "u2"), args.m, args.n, args.k // GROUP)

@@ -155,12 +155,64 @@ def b_fragment_offset(warp_n: int, lane: int, n_pair: int, k_step: int) -> int:
     return row * 128 + (((((lane >> 3) & 1) ^ (lane & 7)) ^ (2 * k_step)) << 4) + n_pair * 16 * 128
 
 
+# -- exercise 04 (lessons/exercises): the fragment offsets above, as Python the generator turns into PTX ----
+class Traced:
+    """A u32 value in a register of the kernel being generated, for running a plain-Python offset function
+    (``a_fragment_offset(warp_m, lane, m_tile, k_step)``) on registers: each operator (+ - * // % & | ^ << >>)
+    with a register operand emits one PTX instruction; constants fold in Python; equal subexpressions share one
+    register. Powers of two turn * // % into shl / shr / and, as the stage writes them by hand."""
+
+    def __init__(self, gen: "_Gen", register: str):
+        self.gen, self.register = gen, register
+
+    @staticmethod
+    def lift(gen, value):
+        if isinstance(value, Traced):
+            return value
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return int(value)
+        raise TypeError(f"the offset functions may use only integers and + - * // % & | ^ << >>, got {value!r}")
+
+    def _op(self, name, left, right):
+        left, right = Traced.lift(self.gen, left), Traced.lift(self.gen, right)
+        return self.gen.traced_op(name, left, right)
+
+    def __add__(self, o): return self._op("add", self, o)  # noqa: E704
+    def __radd__(self, o): return self._op("add", o, self)  # noqa: E704
+    def __sub__(self, o): return self._op("sub", self, o)  # noqa: E704
+    def __rsub__(self, o): return self._op("sub", o, self)  # noqa: E704
+    def __mul__(self, o): return self._op("mul", self, o)  # noqa: E704
+    def __rmul__(self, o): return self._op("mul", o, self)  # noqa: E704
+    def __floordiv__(self, o): return self._op("div", self, o)  # noqa: E704
+    def __rfloordiv__(self, o): return self._op("div", o, self)  # noqa: E704
+    def __mod__(self, o): return self._op("rem", self, o)  # noqa: E704
+    def __rmod__(self, o): return self._op("rem", o, self)  # noqa: E704
+    def __and__(self, o): return self._op("and", self, o)  # noqa: E704
+    def __rand__(self, o): return self._op("and", o, self)  # noqa: E704
+    def __or__(self, o): return self._op("or", self, o)  # noqa: E704
+    def __ror__(self, o): return self._op("or", o, self)  # noqa: E704
+    def __xor__(self, o): return self._op("xor", self, o)  # noqa: E704
+    def __rxor__(self, o): return self._op("xor", o, self)  # noqa: E704
+    def __lshift__(self, o): return self._op("shl", self, o)  # noqa: E704
+    def __rlshift__(self, o): return self._op("shl", o, self)  # noqa: E704
+    def __rshift__(self, o): return self._op("shr", self, o)  # noqa: E704
+    def __rrshift__(self, o): return self._op("shr", o, self)  # noqa: E704
+
+    def __bool__(self):
+        raise TypeError("the offset functions run on registers while generating: no `if` on lane or warp values")
+
+
+_TRACED_PTX = {"add": "add.u32", "sub": "sub.u32", "mul": "mul.lo.u32", "div": "div.u32", "rem": "rem.u32",
+               "and": "and.b32", "or": "or.b32", "xor": "xor.b32", "shl": "shl.b32", "shr": "shr.u32"}
+
+
 # -- the generator ---------------------------------------------------------------------------------------
 class _Gen:
     """Emits the kernel for one (M, N, K) into a KernelBuilder; one method per phase."""
 
-    def __init__(self, m: int, n: int, k: int, options: Options = DEFAULT):
+    def __init__(self, m: int, n: int, k: int, options: Options = DEFAULT, fragment_offsets=None):
         self.m, self.n, self.k, self.kb = m, n, k, k // BLOCK_K
+        self.fragment_offsets = fragment_offsets  # exercise 04: (a_fragment_offset, b_fragment_offset) or None
         self.ragged_m, self.ragged_n = m % BLOCK_M != 0, n % BLOCK_N != 0
         self.o = options
         self.threads, self.stages, self.shared_bytes = options.threads, options.stages, options.shared_bytes
@@ -297,6 +349,8 @@ class _Gen:
         e, r = self.emit, self.r
         if not self.o.ldmatrix:
             return self.fragment_setup_without_ldmatrix()
+        if self.fragment_offsets is not None:
+            return self.fragment_setup_traced()
         x, half_a, half_b, row_a, row_b, t = r(), r(), r(), r(), r(), r()
         swizzle_a = [f"xor.b32 {half_a}, {half_a}, {x};"] if self.o.swizzle else []
         swizzle_b = [f"xor.b32 {half_b}, {half_b}, {x};"] if self.o.swizzle else []
@@ -317,6 +371,44 @@ class _Gen:
                   f"add.u32 {addr}, {addr}, {row};")
                 out.append(addr)
         self.scale_read_setup(t)
+
+    def traced_op(self, name: str, left, right):
+        """One operator of a traced offset function (:class:`Traced`): folded, shared, or one instruction."""
+        if isinstance(left, int) and isinstance(right, int):
+            return {"add": left + right, "sub": left - right, "mul": left * right, "div": left // right,
+                    "rem": left % right, "and": left & right, "or": left | right, "xor": left ^ right,
+                    "shl": left << right, "shr": left >> right}[name] & 0xFFFFFFFF
+        if isinstance(right, int) and right > 0 and right & (right - 1) == 0 and name in ("mul", "div", "rem"):
+            name, right = {"mul": ("shl", right.bit_length() - 1), "div": ("shr", right.bit_length() - 1),
+                           "rem": ("and", right - 1)}[name]
+        operands = tuple(x.register if isinstance(x, Traced) else str(x) for x in (left, right))
+        key = (name,) + operands
+        if key not in self.traced:
+            out = self.r(hint="off")
+            self.emit(f"{_TRACED_PTX[name]} {out}, {operands[0]}, {operands[1]};")
+            self.traced[key] = Traced(self, out)
+        return self.traced[key]
+
+    def traced_address(self, value, base: str) -> str:
+        """u32 register holding shared address ``base`` + the traced offset ``value``."""
+        out = self.r(hint="frag")
+        value = Traced.lift(self, value)
+        self.emit(f"add.u32 {out}, {base}, {value.register if isinstance(value, Traced) else value};")
+        return out
+
+    def fragment_setup_traced(self):
+        """Exercise 04: every ldmatrix address from the student's (or the stage's) offset functions, run on the
+        warp and lane registers while generating: per k step, one per A m tile and one per B pair of n tiles."""
+        a_offset, b_offset = self.fragment_offsets
+        self.traced = {}
+        warp_m, warp_n, lane = (Traced(self, x) for x in (self.warp_m, self.warp_n, self.lane))
+        b_base = self.r(hint="b_smem")
+        self.emit(f"add.u32 {b_base}, {self.smem}, {B_OFFSET};")
+        self.a_frag_traced = [[self.traced_address(a_offset(warp_m, lane, mt, ks), self.smem)
+                               for mt in range(self.m_tiles)] for ks in range(K_STEPS)]
+        self.b_frag_traced = [[self.traced_address(b_offset(warp_n, lane, pair, ks), b_base)
+                               for pair in range(N_TILES // 2)] for ks in range(K_STEPS)]
+        self.scale_read_setup(self.r())
 
     def fragment_setup_without_ldmatrix(self):
         """Without ldmatrix (ablation): lane l = 4g + t loads register j of its fragment itself, 4 bytes at
@@ -381,15 +473,24 @@ class _Gen:
             base = B_OFFSET + nt * 8 * 128
             e(f"ld.shared.b32 {low}, [{b_addr}+{base}];", f"ld.shared.b32 {high_reg}, [{b_high}+{base + high}];")
 
+    def load_fragments_traced(self, ks: int, stage_offset: str | int):
+        """Exercise 04: load_fragments with the traced addresses (each already includes its tile offset)."""
+        for regs, address in zip(self.a_regs + self.b_regs, self.a_frag_traced[ks] + self.b_frag_traced[ks]):
+            staged = self.r()
+            self.emit(f"add.u32 {staged}, {address}, {stage_offset};", v.ldmatrix_x4(regs, staged, 0))
+
     def compute_block(self, stage_offset: str | int):
         e, r = self.emit, self.r
         sb_value = r("f32", "sb")
         e(c.ld_global("f32", sb_value, self.sb_src, cache=".nc"), f"add.u64 {self.sb_src}, {self.sb_src}, 4;")
         for ks in range(K_STEPS):
-            a_addr, b_addr = r(), r()
-            e(f"add.u32 {a_addr}, {self.a_frag[ks]}, {stage_offset};",
-              f"add.u32 {b_addr}, {self.b_frag[ks]}, {stage_offset};")
-            self.load_fragments(ks, a_addr, b_addr)
+            if self.fragment_offsets is not None and self.o.ldmatrix:
+                self.load_fragments_traced(ks, stage_offset)
+            else:
+                a_addr, b_addr = r(), r()
+                e(f"add.u32 {a_addr}, {self.a_frag[ks]}, {stage_offset};",
+                  f"add.u32 {b_addr}, {self.b_frag[ks]}, {stage_offset};")
+                self.load_fragments(ks, a_addr, b_addr)
             for mt in range(self.m_tiles):
                 for nt in range(N_TILES):
                     b_pair = self.b_regs[nt // 2][2 * (nt % 2): 2 * (nt % 2) + 2]
@@ -539,10 +640,12 @@ def _check_shape(m: int, n: int, k: int) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def generate(m: int, n: int, k: int, options: Options = DEFAULT) -> str:
-    """The PTX text of the kernel specialized for (M, N, K); ``options`` turns the stage's ideas off one by one."""
+def generate(m: int, n: int, k: int, options: Options = DEFAULT, fragment_offsets=None) -> str:
+    """The PTX text of the kernel specialized for (M, N, K); ``options`` turns the stage's ideas off one by one.
+    ``fragment_offsets`` (exercise 04): a pair of functions like (:func:`a_fragment_offset`,
+    :func:`b_fragment_offset`) that then compute every ldmatrix address (see :class:`Traced`)."""
     _check_shape(m, n, k)
-    return _Gen(m, n, k, options).build()
+    return _Gen(m, n, k, options, fragment_offsets).build()
 
 
 def grid(m: int, n: int) -> tuple[int, int, int]:
@@ -550,10 +653,10 @@ def grid(m: int, n: int) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(m: int, n: int, k: int, options: Options = DEFAULT):
+def _kernel(m: int, n: int, k: int, options: Options = DEFAULT, fragment_offsets=None):
     from ptx.compile import compile_ptx
     from ptx.runtime import load_kernel
-    return load_kernel(compile_ptx(generate(m, n, k, options)), KERNEL)
+    return load_kernel(compile_ptx(generate(m, n, k, options, fragment_offsets)), KERNEL)
 
 
 def shared_bytes(m: int, n: int, k: int, options: Options = DEFAULT) -> int:
@@ -561,17 +664,17 @@ def shared_bytes(m: int, n: int, k: int, options: Options = DEFAULT) -> int:
     return options.shared_bytes
 
 
-def gemm(a, sa, b, sb, d, stream=None, options: Options = DEFAULT) -> None:
+def gemm(a, sa, b, sb, d, stream=None, options: Options = DEFAULT, fragment_offsets=None) -> None:
     """D = (A*sA)(B*sB)^T, BF16 out (contract in gemm.fp8); asynchronous on ``stream``."""
     from gemm.validate import check_gemm_args
     args = check_gemm_args(a, sa, b, sb, d)
-    kernel = _kernel(args.m, args.n, args.k, options)
+    kernel = _kernel(args.m, args.n, args.k, options, fragment_offsets)
     kernel.launch(grid(args.m, args.n), options.threads,
                   [args.a.ptr, args.sa.ptr, args.b.ptr, args.sb.ptr, args.d.ptr, np.uint32(args.sa_stride)],
                   shared_bytes=options.shared_bytes, stream=stream)
 
 
-def emulate(a, sa, b, sb, *, seed=None, options: Options = DEFAULT) -> np.ndarray:
+def emulate(a, sa, b, sb, *, seed=None, options: Options = DEFAULT, fragment_offsets=None) -> np.ndarray:
     """Run this stage's generated PTX on the CPU (ptx.emulate, each CTA's threads in lockstep) for host
     operands in the gemm.fp8 contract; D as float32, NaN where the kernel wrote nothing. Lockstep has no
     schedule to vary, so ``seed`` is unused. ``ptx.emulate.run_stage(stage, ...)`` adds a report and edits."""
@@ -582,7 +685,7 @@ def emulate(a, sa, b, sb, *, seed=None, options: Options = DEFAULT) -> np.ndarra
     sa_storage = np.zeros((sa.shape[1], align(m, 4)), np.float32)  # the M-major, M-padded-to-4 scale bytes
     sa_storage[:, :m] = np.asarray(sa).T
     d = np.full((m, n), 0x7FC0, np.uint16)  # BF16 NaN: what the kernel never writes stays NaN
-    run_kernel(generate(m, n, k, options), KERNEL, grid(m, n), options.threads, options.shared_bytes,
+    run_kernel(generate(m, n, k, options, fragment_offsets), KERNEL, grid(m, n), options.threads, options.shared_bytes,
                dict(a=np.ascontiguousarray(a).view(np.uint8), sa=sa_storage, b=np.ascontiguousarray(b).view(np.uint8),
                     sb=np.ascontiguousarray(sb, np.float32), d=d, sa_stride=align(m, 4)))
     return bf16_to_float(d)

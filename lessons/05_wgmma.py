@@ -141,17 +141,30 @@ def core_matrix_offset(row: int, k_byte: int) -> int:
     return (row // 8) * CORE_SBO + (k_byte // 16) * CORE_LBO + (row % 8) * 16 + k_byte % 16
 
 
+def descriptor_constant_part(options: Options = DEFAULT, descriptor_bits=w.descriptor_bits) -> int:
+    """Every field of the tiles' wgmma descriptors but the start address (which the PTX ORs in at run time), packed
+    by ``descriptor_bits(start_address, leading_byte_offset, stride_byte_offset, swizzle)``: the 128B-swizzled
+    K-major layout (stride 1024 bytes between 8-row groups), or the ablation's unswizzled core matrices. The hole
+    of exercise 05 (lessons/exercises) is ``descriptor_bits``; with the default this is
+    ``ptx.vocab.wgmma.descriptor_constant_part()``, the value the stage bakes into its PTX."""
+    if options.swizzle:
+        return descriptor_bits(0, w.LEADING_BYTE_OFFSET, w.SW128_ATOM_BYTES, 128)
+    return descriptor_bits(0, CORE_LBO, CORE_SBO, 0)
+
+
 class _Math(MathWarpgroups):
     """The math warpgroups of :mod:`lessons.wgmma_common`, plus the two ablations that change a K block: tiles
     without the swizzle (the descriptor's layout type 0 with CORE_LBO / CORE_SBO; a k32 step is then two core
     matrices, 256 bytes, not 32) and narrower wgmmas (the B descriptor advances 128 bytes a row per part).
     With the defaults it is MathWarpgroups, unchanged."""
 
-    def __init__(self, b: KernelBuilder, tid: str, options: Options):
+    def __init__(self, b: KernelBuilder, tid: str, options: Options, descriptor_bits=None):
         super().__init__(b, BLOCK_M, BLOCK_N, tid)
         self.options = options
         if not options.swizzle:
             self.constant_desc = w.descriptor_constant_part(CORE_LBO, CORE_SBO, swizzle=0)
+        if descriptor_bits is not None:  # exercise 05: the student's packing of the same fields
+            self.constant_desc = descriptor_constant_part(options, descriptor_bits)
 
     def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str, release=None, former_groups=None):
         o = self.options
@@ -189,7 +202,8 @@ class _Math(MathWarpgroups):
 
 
 class _Gen:
-    def __init__(self, m: int, n: int, k: int, options: Options = DEFAULT):
+    def __init__(self, m: int, n: int, k: int, options: Options = DEFAULT, descriptor_bits=None):
+        self.descriptor_bits = descriptor_bits
         self.m, self.n, self.k, self.kb = m, n, k, k // BLOCK_K
         self.o, self.stages = options, options.stages
         self.b_region = self.stages * A_TILE
@@ -222,7 +236,7 @@ class _Gen:
         self.sb, self.d = self.global_param("sb"), self.global_param("d")
         self.sa_stride = r(hint="sa_stride")
         e(f"ld.param.u32 {self.sa_stride}, [{self.b.param('sa_stride')}];")
-        self.math = _Math(self.b, self.tid, self.o)
+        self.math = _Math(self.b, self.tid, self.o, self.descriptor_bits)
 
     # -- loads (threads, cp.async) -----------------------------------------------------------------------
     def row_sources(self, base: str, first_row: str, rows_total: int) -> list[str]:
@@ -429,10 +443,12 @@ def _check_shape(m: int, n: int, k: int) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def generate(m: int, n: int, k: int, options: Options = DEFAULT) -> str:
-    """The PTX text of the kernel specialized for (M, N, K); ``options`` turns the stage's ideas off one by one."""
+def generate(m: int, n: int, k: int, options: Options = DEFAULT, descriptor_bits=None) -> str:
+    """The PTX text of the kernel specialized for (M, N, K); ``options`` turns the stage's ideas off one by one;
+    ``descriptor_bits`` replaces ``ptx.vocab.wgmma.descriptor_bits`` in :func:`descriptor_constant_part`
+    (exercise 05)."""
     _check_shape(m, n, k)
-    return _Gen(m, n, k, options).build()
+    return _Gen(m, n, k, options, descriptor_bits).build()
 
 
 def grid(m: int, n: int) -> tuple[int, int, int]:
@@ -440,10 +456,10 @@ def grid(m: int, n: int) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(m: int, n: int, k: int, options: Options = DEFAULT):
+def _kernel(m: int, n: int, k: int, options: Options = DEFAULT, descriptor_bits=None):
     from ptx.compile import compile_ptx
     from ptx.runtime import load_kernel
-    return load_kernel(compile_ptx(generate(m, n, k, options)), KERNEL)
+    return load_kernel(compile_ptx(generate(m, n, k, options, descriptor_bits)), KERNEL)
 
 
 def shared_bytes(m: int, n: int, k: int, options: Options = DEFAULT) -> int:
@@ -451,17 +467,17 @@ def shared_bytes(m: int, n: int, k: int, options: Options = DEFAULT) -> int:
     return options.shared_bytes
 
 
-def gemm(a, sa, b, sb, d, stream=None, options: Options = DEFAULT) -> None:
+def gemm(a, sa, b, sb, d, stream=None, options: Options = DEFAULT, descriptor_bits=None) -> None:
     """D = (A*sA)(B*sB)^T, BF16 out (contract in gemm.fp8); asynchronous on ``stream``."""
     from gemm.validate import check_gemm_args
     args = check_gemm_args(a, sa, b, sb, d)
-    kernel = _kernel(args.m, args.n, args.k, options)
+    kernel = _kernel(args.m, args.n, args.k, options, descriptor_bits)
     kernel.launch(grid(args.m, args.n), THREADS,
                   [args.a.ptr, args.sa.ptr, args.b.ptr, args.sb.ptr, args.d.ptr, np.uint32(args.sa_stride)],
                   shared_bytes=options.shared_bytes, stream=stream)
 
 
-def emulate(a, sa, b, sb, *, seed=None, options: Options = DEFAULT) -> np.ndarray:
+def emulate(a, sa, b, sb, *, seed=None, options: Options = DEFAULT, descriptor_bits=None) -> np.ndarray:
     """Run this stage's generated PTX on the CPU (ptx.emulate, each CTA as cooperatively scheduled
     warpgroups) for host operands in the gemm.fp8 contract; D as float32, NaN where the kernel wrote nothing.
     ``seed``: pick the next warpgroup at random instead of round-robin. ``ptx.emulate.run_stage(stage, ...)``
@@ -473,7 +489,7 @@ def emulate(a, sa, b, sb, *, seed=None, options: Options = DEFAULT) -> np.ndarra
     sa_storage = np.zeros((sa.shape[1], align(m, 4)), np.float32)  # the M-major, M-padded-to-4 scale bytes
     sa_storage[:, :m] = np.asarray(sa).T
     d = np.full((m, n), 0x7FC0, np.uint16)  # BF16 NaN: what the kernel never writes stays NaN
-    run_kernel(generate(m, n, k, options), KERNEL, grid(m, n), THREADS, options.shared_bytes,
+    run_kernel(generate(m, n, k, options, descriptor_bits), KERNEL, grid(m, n), THREADS, options.shared_bytes,
                dict(a=np.ascontiguousarray(a).view(np.uint8), sa=sa_storage, b=np.ascontiguousarray(b).view(np.uint8),
                     sb=np.ascontiguousarray(sb, np.float32), d=d, sa_stride=align(m, 4)), seed=seed)
     return bf16_to_float(d)

@@ -36,6 +36,7 @@ import functools
 import numpy as np
 
 from gemm.fp8 import ceil_div
+from gemm.kernel.holes import hole
 from lessons.wgmma_common import BLOCK_K, MathWarpgroups, staging_bytes
 from ptx.builder import KernelBuilder, module
 from ptx.vocab import core
@@ -182,16 +183,20 @@ class _Gen:
         b.comment(f"prologue: the producer starts K blocks 0..{min(p.ahead, p.kb) - 1} (fresh stages: no waits)")
         skip = b.label("prologue_done")
         e(f"@!{self.is_producer} bra {skip};")
+        # the bookkeeping of ptx.vocab.tma (the stage 06 exercise plugs its own in: gemm.kernel.holes)
+        slot = hole("pipeline_slot", t.pipeline_slot)
+        wait_parity = hole("producer_wait_parity", t.producer_wait_parity)
         for j in range(min(p.ahead, p.kb)):
-            self.issue_tma(self.stage_addresses(j), j)
+            self.issue_tma(self.stage_addresses(_bit_or_stage(slot(j, p.stages)[0], p.stages)), j)
         b.place(skip)
 
         kb, c_stage, c_parity = r(hint="kb"), r(hint="c_stage"), r(hint="c_parity")
         j, p_stage, p_parity = r(hint="j"), r(hint="p_stage"), r(hint="p_parity")
         # pipeline_slot(0) = (0, 0); the producer's first j = ahead: stage ahead, producer_wait_parity = 1
-        e(f"mov.u32 {kb}, 0;", f"mov.u32 {c_stage}, 0;", f"mov.u32 {c_parity}, 0;",
-          f"mov.u32 {j}, {p.ahead};", f"mov.u32 {p_stage}, {p.ahead % p.stages};",
-          f"mov.u32 {p_parity}, {t.producer_wait_parity(p.ahead, p.stages)};")
+        first_stage, first_parity = (_bit_or_stage(x, p.stages) for x in slot(0, p.stages))
+        e(f"mov.u32 {kb}, 0;", f"mov.u32 {c_stage}, {first_stage};", f"mov.u32 {c_parity}, {first_parity};",
+          f"mov.u32 {j}, {p.ahead};", f"mov.u32 {p_stage}, {_bit_or_stage(slot(p.ahead, p.stages)[0], p.stages)};",
+          f"mov.u32 {p_parity}, {_bit_or_stage(wait_parity(p.ahead, p.stages), 2)};")
         top = b.label("k_block")
         b.place(top)
 
@@ -231,6 +236,13 @@ class _Gen:
         self.emit(core.bar_sync(0))
         self.math.store(self.smem, self.d, self.m0, self.n0, self.p.m, self.p.n)
         return module([self.b], extra_globals=copy.dynamic_shared_declaration(SMEM, align=1024))
+
+
+def _bit_or_stage(value, bound: int) -> int:
+    """A stage index (0..stages-1) or a parity (bound 2) from the bookkeeping functions, checked."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < bound:
+        raise ValueError(f"expected an int in 0..{bound - 1} from the pipeline bookkeeping, got {value!r}")
+    return value
 
 
 def _check_shape(m: int, n: int, k: int) -> None:

@@ -1,9 +1,10 @@
-"""``python -m lessons ladder|inspect|diff|ablate``: run the ladder, look inside a stage, compare two, ablate one.
+"""``python -m lessons ladder|inspect|diff|ablate|grade``: run, inspect, compare, ablate stages; grade an exercise.
 
     python -m lessons ladder [--m 4096 --n 4096 --k 7168] [--stages 1,2,3] [--no-peer] [--out results]
     python -m lessons inspect 3         # PTX excerpt, registers, spills, SASS opcodes, speed of light (no GPU needed)
     python -m lessons diff 6 7          # config, PTX and SASS-opcode difference (no GPU needed)
     python -m lessons ablate 8          # each bundled idea of a stage turned off, timed (GPU)
+    python -m lessons grade 1 my_ex01.py [--cpu|--gpu] [--json report.json] [--seeds 2]   # docs/course.md
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ COMMANDS = {
     "inspect": "PTX excerpt, registers, spills, shared memory and SASS opcodes of any stage 0-10 (no GPU needed)",
     "diff": "config, PTX and SASS difference between two PTX stages (no GPU needed)",
     "ablate": "time a stage with each of its bundled ideas turned off (GPU)",
+    "grade": "grade a course exercise's solution: correctness on fresh (and secret) seeds, technique, performance "
+             "against the stage's speed of light (GPU); see docs/course.md",
 }
 
 
@@ -83,8 +86,8 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}",
                                      title="commands (python -m lessons COMMAND -h for its options)")
-    ladder, inspect, diff, ablate = (commands.add_parser(name, help=text, description=text)
-                                     for name, text in COMMANDS.items())
+    ladder, inspect, diff, ablate, grade = (commands.add_parser(name, help=text, description=text)
+                                            for name, text in COMMANDS.items())
     for sub in (ladder, inspect, diff, ablate):
         sub.add_argument("--m", type=int, default=4096, help="rows of A and D (default 4096)")
         sub.add_argument("--n", type=int, default=4096, help="rows of B, columns of D (default 4096)")
@@ -101,6 +104,21 @@ def _parser() -> argparse.ArgumentParser:
     ablate.add_argument("stage", type=_ablation_stage, help="a stage that bundles ideas: "
                         + ", ".join(f"{n:02d}" for n in stages_with_ablations()))
     ablate.add_argument("--out", type=Path, default=Path("results"), help="folder for ablation_NN.json")
+    from lessons.grade import DEFAULT_SEEDS, DEFAULT_TIMEOUT_S, SECRET_ENV
+    grade.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
+    grade.add_argument("solution", type=Path, help="the student's file (the skeleton with its holes filled)")
+    where = grade.add_mutually_exclusive_group()
+    where.add_argument("--gpu", action="store_true", help="the real kernel on a Hopper GPU, timed (default there)")
+    where.add_argument("--cpu", action="store_true", help="the simulator / PTX emulator at small shapes (default "
+                       "without a Hopper GPU)")
+    grade.add_argument("--json", type=Path, default=None, help="write the JSON report here")
+    grade.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"public seeds per shape (default "
+                       f"{DEFAULT_SEEDS}); as many secret ones are added when {SECRET_ENV} is set")
+    grade.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds the solution's process "
+                       f"may run (default {DEFAULT_TIMEOUT_S})")
+    grade.add_argument("--thresholds", type=Path, default=None, help="per-stage performance thresholds (default "
+                       "results/grading.json)")
+    grade.add_argument("--exercise-file", default=None, help=argparse.SUPPRESS)  # EXERCISE from a file: tests, drafts
     return parser
 
 
@@ -118,6 +136,9 @@ def main(argv=None) -> int:
     if args.command == "ladder":
         from lessons.ladder import main as ladder
         return ladder(args)
+    if args.command == "grade":
+        from lessons.grade import main as grade
+        return grade(args)
     if args.command == "diff":
         from lessons.diff_stages import diff
         return diff(args.before, args.after, args.m, args.n, args.k)

@@ -126,8 +126,19 @@ def _select_every_other(run: list[Instruction]) -> list[Instruction]:
 _SELECT = {"deepgemm": _select_deepgemm, "every_other": _select_every_other}
 
 
-def choose_flips(run: list[Instruction], rule: str) -> list[Instruction]:
-    """The FFMAs of one run (from :func:`ffma_runs`) that ``rule`` flips, in order."""
+def choose_flips(run: list[Instruction], rule) -> list[Instruction]:
+    """The FFMAs of one run (from :func:`ffma_runs`) that ``rule`` flips, in order. ``rule``: a name of
+    :data:`RULES`, or a function ``run -> chosen`` of the same kind (the stage 10 exercise plugs one in); a
+    function's choice must be instructions of the run, each at most once."""
+    if callable(rule):
+        chosen = list(rule(list(run)))
+        inside = {(i.function, i.offset) for i in run}
+        where = [(i.function, i.offset) for i in chosen]
+        if not set(where) <= inside or len(set(where)) != len(where):
+            raise ValueError(f"rule {getattr(rule, '__name__', rule)!r} chose instructions outside the run "
+                             f"or twice: {[(f, hex(o)) for f, o in where if (f, o) not in inside][:5]}")
+        by_place = {(i.function, i.offset): i for i in run}
+        return [by_place[key] for key in where]  # the run's own instructions (their encodings, not copies)
     if rule not in _SELECT:
         raise ValueError(f"rule {rule!r}: choose one of {RULES}")
     return _SELECT[rule](run)
@@ -190,7 +201,7 @@ def interleave_ffma(cubin, kernel: str | None = None, rule: str = "deepgemm", mi
     """Flip yield/reuse on the FFMAs that ``rule`` picks in every run of ``kernel`` (all functions when
     None). Returns the verified patched image (a copy; ``cubin`` is untouched) and the report.
     ``listing``: ``disassemble(cubin)`` when the caller has it already (nvdisasm takes ~0.5 s a call)."""
-    if rule not in _SELECT:  # fail before the (slow) disassembly
+    if not callable(rule) and rule not in _SELECT:  # fail before the (slow) disassembly
         raise ValueError(f"rule {rule!r}: choose one of {RULES}")
     image = cubin.image if hasattr(cubin, "image") else bytes(cubin)
     listing = disassemble(image) if listing is None else listing
@@ -204,7 +215,7 @@ def interleave_ffma(cubin, kernel: str | None = None, rule: str = "deepgemm", mi
     after = verify_patch(image, new_image, patches, before=listing)
     yielding_before, ffma_total = count_yielding_ffma(selected)
     yielding_after, _ = count_yielding_ffma([i for i in after if kernel is None or i.function == kernel])
-    report = InterleaveReport(rule, len(runs), sum(map(len, runs)), ffma_total, yielding_before, yielding_after,
+    report = InterleaveReport(rule if isinstance(rule, str) else getattr(rule, "__name__", "custom"), len(runs), sum(map(len, runs)), ffma_total, yielding_before, yielding_after,
                               len(chosen), tuple((i.function, i.offset) for i in chosen))
     return new_image, report
 

@@ -22,6 +22,7 @@ import functools
 from gemm.fp8 import ceil_div
 from gemm.kernel.config import KernelConfig, SharedPlan
 from gemm.kernel.epilogue import StagedEpilogue, TmaEpilogue, math_barrier
+from gemm.kernel.holes import hole
 from gemm.kernel.math import MathWarpgroups
 from gemm.kernel.producer import InlineProducer, Ring, WarpgroupProducer
 from gemm.kernel.scheduler import TileScheduler
@@ -83,7 +84,9 @@ class _Kernel:
         skip = b.label("init_done")
         e(f"setp.eq.u32 {first}, {self.tid}, 0;", f"@!{first} bra {skip};")
         # empty: one arrival per math warp of every CTA that reads the stage's A (both CTAs of a cluster pair)
-        self.ring.init_barriers(empty_arrivals=c.multicast * c.math_threads // 32)
+        arrivals = hole("empty_arrivals")  # the stage 09 exercise's seam (gemm.kernel.holes)
+        self.ring.init_barriers(empty_arrivals=c.multicast * c.math_threads // 32 if arrivals is None
+                                else _arrival_count(arrivals(c.multicast, c.math_threads // 32)))
         if "tmap_d" in self.tmaps:
             e(t.prefetch_tensormap(self.tmaps["tmap_d"]))
         b.place(skip)
@@ -238,11 +241,22 @@ class _Kernel:
         b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
         is_producer, leader = r("pred", "p_producer_wg"), r("pred", "p_leader")
         producer_label, end = b.label("producer"), b.label("end")
-        e(f"setp.ge.u32 {is_producer}, {self.tid}, {c.math_threads};", f"@{is_producer} bra {producer_label};")
+        math_wgs = c.math_threads // 128
+        choose = hole("producer_warpgroup")  # the stage 07 exercise's seam (gemm.kernel.holes)
+        first = choose is not None and _producer_index(choose(math_wgs), math_wgs) == 0
+        if not first:  # the generator's layout: math warpgroups 0.., the producer last
+            e(f"setp.ge.u32 {is_producer}, {self.tid}, {c.math_threads};", f"@{is_producer} bra {producer_label};")
+        else:  # the producer is warpgroup 0: a math thread's index is %tid.x - 128
+            thread = self.tid
+            e(f"setp.lt.u32 {is_producer}, {thread}, 128;", f"@{is_producer} bra {producer_label};")
+            self.tid = r("u32", "math_tid")
+            e(f"sub.u32 {self.tid}, {thread}, 128;")
         self.math_body()
         e(f"bra {end};")
         b.place(producer_label)
-        e(f"setp.eq.u32 {leader}, {self.tid}, {c.math_threads};")
+        if first:
+            self.tid = thread
+        e(f"setp.eq.u32 {leader}, {self.tid}, {0 if first else c.math_threads};")
         WarpgroupProducer(self.ring, c.registers, leader, end if self.rank else None, self.rank).emit(
             self.scheduler("pt"))
         b.place(end)
@@ -256,6 +270,19 @@ class _Kernel:
         else:
             self.warp_specialized_body()
         return module([self.b], extra_globals=memory.dynamic_shared_declaration(SMEM, align=1024))
+
+
+def _arrival_count(count) -> int:
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count < 2**20:
+        raise ValueError(f"empty_arrivals must be an int in 1..2^20-1 (an mbarrier's arrival count), got {count!r}")
+    return count
+
+
+def _producer_index(index, math_wgs: int) -> int:
+    if isinstance(index, bool) or not isinstance(index, int) or index not in (0, math_wgs):
+        raise ValueError(f"producer_warpgroup must be 0 (first) or {math_wgs} (last, after the {math_wgs} math "
+                         f"warpgroups): the math warpgroups must be consecutive; got {index!r}")
+    return index
 
 
 @functools.lru_cache(maxsize=256)

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 
 from gemm.fp8 import ceil_div
 from gemm.kernel.config import KernelConfig
+from gemm.kernel.holes import hole
 from ptx.builder import KernelBuilder
 
 
@@ -115,7 +116,10 @@ class TileScheduler:
     def _coords(self, tile: str) -> tuple[str, str]:
         e, r, c = self.b.emit, self.b.reg, self.config
         m_block, n_block = r("u32", "mblk"), r("u32", "nblk")
-        if self.group_tiles is None:
+        table = hole("tile_coords")  # the stage 08 exercise's seam (gemm.kernel.holes)
+        if table is not None:
+            self._coords_table(table, tile, m_block, n_block)
+        elif self.group_tiles is None:
             e(f"div.u32 {m_block}, {tile}, {self.n_blocks};", f"rem.u32 {n_block}, {tile}, {self.n_blocks};")
         else:
             group, first_n, width, rest = r("u32"), r("u32"), r("u32"), r("u32")
@@ -131,6 +135,25 @@ class TileScheduler:
         m0, n0 = r("u32", "m0"), r("u32", "n0")
         e(f"mul.lo.u32 {m0}, {m_block}, {c.block_m};", f"mul.lo.u32 {n0}, {n_block}, {c.block_n};")
         return m0, n0
+
+    def _coords_table(self, function, tile: str, m_block: str, n_block: str) -> None:
+        """(m block, n block) of ``tile`` by a Python ``function(tile, m_blocks, n_blocks, raster_group)`` evaluated
+        for every tile of M = ``hole("rows")`` rows: one compare-and-select per tile (the exercise seam)."""
+        e, r, c = self.b.emit, self.b.reg, self.config
+        rows = hole("rows")
+        if self.config.grouped or rows is None:
+            raise ValueError("the tile_coords seam needs a dense GEMM and rows=M (the M the kernel will run at)")
+        m_blocks = ceil_div(rows, c.block_m)
+        packed, hit = r("u32", "tile_mn"), r("pred")
+        e(f"mov.u32 {packed}, 0;")
+        for t in range(m_blocks * self.n_blocks):
+            coords = function(t, m_blocks, self.n_blocks, c.raster_group)
+            if (not isinstance(coords, tuple) or len(coords) != 2
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**16 for x in coords)):
+                raise ValueError(f"tile_coords({t}, {m_blocks}, {self.n_blocks}, {c.raster_group}) must be a pair "
+                                 f"of ints in 0..65535 (m_block, n_block), got {coords!r}")
+            e(f"setp.eq.u32 {hit}, {tile}, {t};", f"selp.b32 {packed}, {coords[0] << 16 | coords[1]}, {packed}, {hit};")
+        e(f"shr.u32 {m_block}, {packed}, 16;", f"and.b32 {n_block}, {packed}, 65535;")
 
     @contextmanager
     def tiles(self):

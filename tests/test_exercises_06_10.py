@@ -1,0 +1,160 @@
+"""Exercises 06-10 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
+cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
+import dataclasses
+import importlib.util
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from gemm.fp8 import calc_diff, random_problem, reference_gemm
+from lessons.exercises import exercise
+from ptx.emulate import EmulationError
+
+STAGES = (6, 7, 8, 9, 10)
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location(f"solution_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_correct(candidate, m, n, k, rng):
+    problem = random_problem(m, n, k, rng)
+    d = candidate.run_cpu(*problem)
+    assert d.dtype == np.float32 and d.shape == (m, n)
+    assert not np.isnan(d).any(), f"{int(np.isnan(d).sum())} elements unwritten"
+    assert calc_diff(d, reference_gemm(*problem)) < 1e-3
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_exercise_contract(stage):
+    ex = exercise(stage)
+    assert ex.stage == stage and ex.skeleton.exists() and ex.questions and ex.objective and ex.prompt
+    skeleton, reference = load(ex.skeleton), ex.reference()
+    for name in ex.holes:
+        assert callable(getattr(skeleton, name)) and callable(getattr(reference, name))
+    assert all(k % 128 == 0 for _, _, k in ex.shapes_cpu + ex.shapes_gpu)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_skeleton_fails(stage, rng):
+    ex = exercise(stage)
+    candidate = ex.build(load(ex.skeleton))
+    with pytest.raises(NotImplementedError):
+        candidate.run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_reference_passes(stage, rng):
+    ex = exercise(stage)
+    candidate = ex.build(ex.reference())
+    for m, n, k in ex.shapes_cpu:  # fresh random operands at the graded (ragged) shapes
+        check_correct(candidate, m, n, k, rng)
+    opcodes = {i.opcode for i in candidate.sass()}
+    missing = [name for name in ex.required_sass if not any(op.startswith(name) for op in opcodes)]
+    assert not missing, missing
+
+
+# -- deliberately wrong solutions -------------------------------------------------------------------------------
+def test_06_a_flipped_producer_parity_deadlocks(rng):
+    ex = exercise(6)
+    right = ex.reference()
+    wrong = SimpleNamespace(pipeline_slot=right.pipeline_slot,
+                            producer_wait_parity=lambda i, stages: (i // stages) % 2)  # no "^ 1"
+    with pytest.raises(EmulationError, match="deadlock"):
+        ex.build(wrong).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+def test_06_bookkeeping_that_ignores_the_wrap_is_caught(rng):
+    ex = exercise(6)
+    wrong = SimpleNamespace(pipeline_slot=lambda i, stages: (i % stages, 0),  # never flips
+                            producer_wait_parity=ex.reference().producer_wait_parity)
+    with pytest.raises(AssertionError, match="pipeline_slot"):
+        ex.build(wrong).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+def test_07_a_split_over_the_register_file_is_refused(rng):
+    ex = exercise(7)
+    wrong = SimpleNamespace(register_split=lambda wgs: (232, 232), producer_warpgroup=lambda wgs: wgs)
+    with pytest.raises(ValueError, match="65536"):
+        ex.build(wrong).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+    middle = SimpleNamespace(register_split=lambda wgs: (40, 232), producer_warpgroup=lambda wgs: 1)
+    with pytest.raises(ValueError, match="producer_warpgroup"):
+        ex.build(middle).run_cpu(*random_problem(130, 136, 384, rng))  # two math warpgroups: 1 is in the middle
+
+
+def test_07_producer_first_is_also_correct(rng):
+    """The other valid layout: the producer is warpgroup 0 and math threads index from %tid.x - 128."""
+    ex = exercise(7)
+    first = SimpleNamespace(register_split=lambda wgs: (24, 240), producer_warpgroup=lambda wgs: 0)
+    candidate = ex.build(first)
+    check_correct(candidate, 130, 136, 384, rng)  # 128-row blocks: two math warpgroups
+    check_correct(candidate, 60, 72, 384, rng)  # one
+    assert any(i.opcode == "USETMAXREG" for i in candidate.sass())
+
+
+def test_08_a_raster_that_repeats_a_tile_leaves_output_unwritten(rng):
+    from gemm.emulated import run_gemm
+    from gemm.kernel.holes import hole_override
+    from gemm.kernel.scheduler import tile_coords
+    ex = exercise(8)
+
+    def repeats(tile, m_blocks, n_blocks, group):  # the last tile computes the first one again
+        return tile_coords(0 if tile == m_blocks * n_blocks - 1 else tile, m_blocks, n_blocks, group)
+
+    problem = random_problem(*ex.shapes_cpu[0], rng)
+    with pytest.raises(AssertionError, match="tile_coords"):
+        ex.build(SimpleNamespace(tile_coords=repeats)).run_cpu(*problem)
+    m, n, k = ex.shapes_cpu[0]  # the same hole through the kernel alone: a NaN block where no tile wrote
+    config = exercise(8).build(ex.reference()).cpu_config_of(m, n, k)
+    with hole_override(tile_coords=repeats, rows=m):
+        d = run_gemm(config, *problem, sm_count=3)
+    assert np.isnan(d).any()
+    row_major = SimpleNamespace(tile_coords=lambda t, mb, nb, group: divmod(t, nb))  # correct D, wrong order
+    with pytest.raises(AssertionError, match="raster"):
+        ex.build(row_major).run_cpu(*problem)
+
+
+def test_09_too_many_arrivals_deadlock(rng):
+    ex = exercise(9)
+    wrong = SimpleNamespace(empty_arrivals=lambda multicast, warps: 2 * multicast * warps)
+    with pytest.raises(EmulationError, match="deadlock"):
+        ex.build(wrong).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+def test_10_other_rules_are_caught():
+    from ptx.passes import choose_flips
+    ex = exercise(10)
+    every_other = SimpleNamespace(select_flips=lambda run: choose_flips(run, "every_other"))
+    with pytest.raises(AssertionError, match="your rule flips"):
+        ex.build(every_other).sass()
+    outside = SimpleNamespace(select_flips=lambda run: [dataclasses.replace(run[0], offset=run[0].offset - 16)])
+    with pytest.raises(ValueError, match="outside the run"):
+        ex.build(outside).sass()
+
+
+# -- the seams change nothing by default --------------------------------------------------------------------
+def test_seams_are_byte_identical_by_default():
+    import lessons
+    from gemm.kernel import generate
+    from gemm.kernel.holes import hole_override
+    from gemm.kernel.scheduler import tile_coords
+    m, n, k = 1000, 2112, 512
+    for stage in (7, 8, 9):
+        config = lessons.stage(stage).config(m, n, k)
+        default = generate(config, n, k)
+        with hole_override(empty_arrivals=lambda multicast, warps: multicast * warps,
+                           producer_warpgroup=lambda wgs: wgs):
+            assert generate(config, n, k) == default
+        with hole_override(tile_coords=tile_coords, rows=m):
+            assert generate(config, n, k) != default  # the table replaces the computed map
+        assert generate(config, n, k) == default  # nothing outlives the block
+    six = lessons.stage(6)
+    plan = six.Plan(4096, 4096, 7168)
+    with hole_override(pipeline_slot=lambda i, s: (i % s, i // s % 2),
+                       producer_wait_parity=lambda i, s: i // s % 2 ^ 1):
+        assert six.generate_for(plan) == six.generate(4096, 4096, 7168)
