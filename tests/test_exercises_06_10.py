@@ -158,3 +158,20 @@ def test_seams_are_byte_identical_by_default():
     with hole_override(pipeline_slot=lambda i, s: (i % s, i // s % 2),
                        producer_wait_parity=lambda i, s: i // s % 2 ^ 1):
         assert six.generate_for(plan) == six.generate(4096, 4096, 7168)
+
+
+def test_09_too_few_arrivals_are_caught(rng):
+    """One arrival short: the phase completes before the last warp of the pair has released the stage, and that
+    warp's arrive lands in a phase that is already full; the emulator stops there ("more arrivals than the
+    barrier's count in one phase"). Were it to run on, the early refill would show as a wrong result."""
+    from gemm.fp8 import calc_diff, reference_gemm
+    ex = exercise(9)
+    wrong = SimpleNamespace(empty_arrivals=lambda multicast, warps: multicast * warps - 1)
+    problem = random_problem(*ex.shapes_cpu[0], rng)
+    try:
+        d = ex.build(wrong).run_cpu(*problem)
+    except EmulationError as error:
+        assert "more arrivals than the barrier's count" in str(error)
+        return
+    assert np.isnan(d).any() or calc_diff(d, reference_gemm(*problem)) > 1e-3, \
+        "a stage released one arrival early went unnoticed"
