@@ -614,14 +614,7 @@ class _Gen:
                               guard + c.st_global("b16", ptr, h, offset + 2 * extra))
 
     def _guard(self, *preds):
-        preds = [p for p in preds if p]
-        if not preds:
-            return ""
-        if len(preds) == 1:
-            return f"@{preds[0]} "
-        both = self.r("pred")
-        self.emit(f"and.pred {both}, {preds[0]}, {preds[1]};")
-        return f"@{both} "
+        return c.guard_prefix(preds, lambda: self.r("pred"), self.emit)
 
     def build(self) -> str:
         self.indices()

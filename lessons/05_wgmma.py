@@ -411,14 +411,7 @@ class _Gen:
                       self._guard(row_ok, col_ok[j][extra]) + core.st_global("b16", ptr, h, offset + 2 * extra))
 
     def _guard(self, *preds):
-        preds = [p for p in preds if p]
-        if not preds:
-            return ""
-        if len(preds) == 1:
-            return f"@{preds[0]} "
-        both = self.r("pred")
-        self.emit(f"and.pred {both}, {preds[0]}, {preds[1]};")
-        return f"@{both} "
+        return core.guard_prefix(preds, lambda: self.r("pred"), self.emit)
 
     def build(self) -> str:
         self.setup()

@@ -102,6 +102,19 @@ def setp(compare: str, ptx_type: str, predicate: str, a: str, b: str) -> str:
     return f"setp.{compare}.{ptx_type} {predicate}, {a}, {b};"
 
 
+def guard_prefix(preds, new_predicate, emit) -> str:
+    # PTX ISA "Predicated Execution": the "@p " an instruction is guarded by; two conditions are first combined
+    # with and.pred into ``new_predicate()`` (allocated only then); none: unguarded ("")
+    preds = [p for p in preds if p]
+    if not preds:
+        return ""
+    if len(preds) == 1:
+        return f"@{preds[0]} "
+    both = new_predicate()
+    emit(f"and.pred {both}, {preds[0]}, {preds[1]};")
+    return f"@{both} "
+
+
 def branch_if(predicate: str, label: str, negate: bool = False) -> str:
     # PTX ISA "bra" with a guard predicate
     return f"@{'!' if negate else ''}{predicate} bra {label};"
@@ -137,6 +150,6 @@ def exit_thread() -> str:
 __all__ = [
     "special", "global_thread_index", "ld_param", "cvta_global", "global_pointer_param", "element_address",
     "ld_global", "st_global", "ld_global_v4", "st_global_v4", "cvt_e4m3x2_to_f16x2", "cvt_f16_to_f32",
-    "unpack_b32", "cvt_f32x2_to_bf16x2", "setp", "branch_if", "branch", "exit_if",
+    "unpack_b32", "cvt_f32x2_to_bf16x2", "setp", "guard_prefix", "branch_if", "branch", "exit_if",
     "bar_sync", "bar_arrive", "exit_thread",
 ]
