@@ -944,36 +944,9 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Rectangle
 
 from gemm.heuristics import device_facts
-from gemm.kernel.scheduler import schedule, tile_coords
+from lessons.figures import tile_raster, wave_footprint  # the figure drawn from the scheduler's own functions
 
-
-def wave_footprint(m_blocks, n_blocks, grid, group):
-    """Mean over waves of (distinct A row blocks + distinct B column blocks) the wave's tiles read."""
-    coords = [tile_coords(t, m_blocks, n_blocks, group) for t in range(m_blocks * n_blocks)]
-    waves = [coords[w:w + grid] for w in range(0, len(coords), grid)]
-    return np.mean([len({mb for mb, _ in wave}) + len({nb for _, nb in wave}) for wave in waves])
-
-
-M_BLOCKS, N_BLOCKS, GRID = 12, 20, 13
-fig, axes = plt.subplots(1, 2, figsize=(14, 4.8))
-for ax, group in zip(axes, (0, 4)):
-    owner = np.zeros((M_BLOCKS, N_BLOCKS), int)
-    step = np.zeros((M_BLOCKS, N_BLOCKS), int)
-    for cta in range(GRID):
-        for j, (mb, nb) in enumerate(schedule(cta, GRID, M_BLOCKS, N_BLOCKS, group)):
-            owner[mb, nb], step[mb, nb] = cta, j
-    ax.imshow(owner, cmap=plt.get_cmap("tab20", 20), vmin=-0.5, vmax=19.5)
-    for (mb, nb), j in np.ndenumerate(step):
-        ax.text(nb, mb, j, ha="center", va="center", fontsize=7)
-    for t in range(GRID):
-        mb, nb = tile_coords(t, M_BLOCKS, N_BLOCKS, group)
-        ax.add_patch(Rectangle((nb - 0.5, mb - 0.5), 1, 1, fill=False, lw=2, ec="black"))
-    name = "row-major (G = 0)" if group == 0 else f"grouped, G = {group}"
-    ax.set_title(f"{name}: {wave_footprint(M_BLOCKS, N_BLOCKS, GRID, group):.1f} A+B blocks read per wave")
-    ax.set_xlabel("n block")
-    ax.set_ylabel("m block")
-plt.tight_layout()
-plt.show()
+display(tile_raster(12, 20, 13, (0, 4)))
 
 m_blocks, n_blocks = -(-SHAPE[0] // config.block_m), -(-SHAPE[1] // config.block_n)
 grid = min(device_facts().sm_count, m_blocks * n_blocks)
@@ -1231,65 +1204,11 @@ whose tiles sit in different rows (each CTA loads its own A); a dotted box is a 
 that step. Left: 6 × 10 tiles on 8 CTAs (4 clusters), G = 4, where every pair shares rows. Right: 5 × 9 tiles,
 same grid and G: the last group is one n-block wide, so its pairs are vertical, and the tile count is odd."""),
     code('''\
-from itertools import zip_longest
-
-import matplotlib.pyplot as plt
-from matplotlib.patches import Rectangle
-
 from gemm.heuristics import device_facts
 from gemm.kernel.launch import grid as launch_grid
-from gemm.kernel.scheduler import schedule
+from lessons.figures import census, cluster_multicast, cluster_steps  # pair_flags' rule, drawn
 
-
-def cluster_steps(grid, m_blocks, n_blocks, group):
-    """[(cluster, step, rank 0's tile, rank 1's tile or None, A multicast)]: pair_flags' rule, in Python."""
-    steps = []
-    for cluster in range(grid // 2):
-        walks = [schedule(2 * cluster + rank, grid, m_blocks, n_blocks, group) for rank in (0, 1)]
-        for step, (first, second) in enumerate(zip_longest(*walks)):
-            steps.append((cluster, step, first, second, second is not None and first[0] == second[0]))
-    return steps
-
-
-def census(steps):
-    shared = sum(s[4] for s in steps)
-    lone = sum(s[3] is None for s in steps)
-    return shared, len(steps) - shared - lone, lone
-
-
-fig, axes = plt.subplots(1, 2, figsize=(15, 4.6), gridspec_kw={"width_ratios": [10, 9]})
-colors = plt.get_cmap("tab10")
-for ax, (m_blocks, n_blocks) in zip(axes, [(6, 10), (5, 9)]):
-    grid, group = 8, 4
-    steps = cluster_steps(grid, m_blocks, n_blocks, group)
-    image = np.ones((m_blocks, n_blocks, 3))
-    for cluster, step, first, second, shared in steps:
-        for rank, tile in enumerate((first, second)):
-            if tile is None:
-                continue
-            color = np.array(colors(cluster)[:3])
-            image[tile] = color if rank == 0 else 0.55 * color + 0.45  # rank 1: the same hue, lighter
-        if shared:
-            left = min(first[1], second[1])
-            ax.add_patch(Rectangle((left - 0.45, first[0] - 0.45), 1.9, 0.9, fill=False, lw=2.2, ec="black"))
-        elif second is not None:
-            ax.plot([first[1] + 0.3, second[1] + 0.3], [first[0], second[0]], "k--", lw=1.6)  # beside the labels
-        else:
-            ax.add_patch(Rectangle((first[1] - 0.45, first[0] - 0.45), 0.9, 0.9, fill=False, lw=2, ls=":",
-                                   ec="black"))
-    ax.imshow(image)
-    for cluster, step, first, second, _ in steps:
-        for rank, tile in enumerate((first, second)):
-            if tile is not None:
-                ax.text(tile[1], tile[0] + 0.25, f"{rank}·{step}", ha="center", va="center", fontsize=7)
-    shared, split, lone = census(steps)
-    ax.set_title(f"{m_blocks} x {n_blocks} tiles, {grid} CTAs = {grid // 2} clusters, G = {group}:\\n"
-                 f"{shared} pairs multicast A, {split} split across rows, lone CTA steps: {lone}",
-                 fontsize=10)
-    ax.set_xlabel("n block")
-    ax.set_ylabel("m block")
-plt.tight_layout()
-plt.show()
+display(cluster_multicast(((6, 10), (5, 9)), grid=8, group=4))
 
 # The same census for this stage's config on the ladder's shape: how many A loads the pairs save.
 m_blocks, n_blocks = -(-SHAPE[0] // config.block_m), -(-SHAPE[1] // config.block_n)
