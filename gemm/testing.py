@@ -43,6 +43,7 @@ class Timing:
     samples_us: list[float]
     pairs: int
     flush_us: float = float("nan")  # one L2 flush, for reference
+    nodes_per_call: float | None = None  # graph nodes one call added to the timed stream (None: not counted)
 
     def tflops(self, flop_count: int) -> float:
         return flop_count / self.median_us / 1e6 if self.median_us > 0 else float("nan")
@@ -118,8 +119,9 @@ def _elapsed_ms(stream: int, enqueue: Callable[[], None]) -> float:
         driver.cuEventDestroy(end)
 
 
-def _capture(stream: int, enqueue: Callable[[], None]):
-    """Record what ``enqueue`` puts on ``stream`` into an instantiated graph.
+def _capture(stream: int, enqueue: Callable[[], None], counts: list | None = None):
+    """Record what ``enqueue`` puts on ``stream`` into an instantiated graph (its node count appended to
+    ``counts``: work a call put on another stream is in no node, and runs untimed).
 
     Relaxed mode: the libraries we time (Numba, torch, cuda.core) may make driver calls that the stricter
     modes reject during a capture, such as lazy module loading; what they enqueue still lands in the graph.
@@ -139,6 +141,9 @@ def _capture(stream: int, enqueue: Callable[[], None]):
         raise RuntimeError(f"graph capture failed ({error}): the launch must not allocate, copy to/from the "
                            "host or synchronize; run it once before timing") from error
     try:
+        if counts is not None:
+            err, _, count = driver.cuGraphGetNodes(graph, 0)
+            counts.append(int(count) if err == driver.CUresult.CUDA_SUCCESS else None)
         return _check(driver.cuGraphInstantiate(graph, 0))
     finally:
         driver.cuGraphDestroy(graph)
@@ -173,8 +178,10 @@ def bench_kernel(launch: Callable[[int], None], *, flush_bytes: int = FLUSH_BYTE
         for _ in range(pairs):
             _enqueue_flush(buffer, flush_bytes, stream)
 
-    with_calls = _capture(stream, pairs_of_flush_and_call)
-    flushes = _capture(stream, flushes_only)
+    counts: list = []
+    with_calls = _capture(stream, pairs_of_flush_and_call, counts)
+    flushes = _capture(stream, flushes_only, counts)
+    nodes_per_call = (counts[0] - counts[1]) / pairs if None not in counts else None
     try:
         for graph in (with_calls, flushes):  # warm: uploads the graph, settles clocks
             _elapsed_ms(stream, lambda g=graph: _check(driver.cuGraphLaunch(g, stream)))
@@ -187,7 +194,8 @@ def bench_kernel(launch: Callable[[int], None], *, flush_bytes: int = FLUSH_BYTE
     finally:
         driver.cuGraphExecDestroy(with_calls)
         driver.cuGraphExecDestroy(flushes)
-    return Timing(statistics.median(samples), min(samples), samples, pairs, statistics.median(flush_samples))
+    return Timing(statistics.median(samples), min(samples), samples, pairs, statistics.median(flush_samples),
+                  nodes_per_call)
 
 
 # ---------------------------------------------------------------------------------------------- device

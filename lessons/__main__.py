@@ -5,6 +5,7 @@
     python -m lessons diff 6 7          # config, PTX and SASS-opcode difference (no GPU needed)
     python -m lessons ablate 8          # each bundled idea of a stage turned off, timed (GPU)
     python -m lessons grade 1 my_ex01.py [--cpu|--gpu] [--json report.json] [--seeds 2]   # docs/course.md
+    python -m lessons grade 4 --reference --gpu   # the stage's own code: the run the thresholds come from
 """
 from __future__ import annotations
 
@@ -106,7 +107,11 @@ def _parser() -> argparse.ArgumentParser:
     ablate.add_argument("--out", type=Path, default=Path("results"), help="folder for ablation_NN.json")
     from lessons.grade import DEFAULT_SEEDS, DEFAULT_TIMEOUT_S, SECRET_ENV
     grade.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
-    grade.add_argument("solution", type=Path, help="the student's file (the skeleton with its holes filled)")
+    which = grade.add_mutually_exclusive_group(required=True)
+    which.add_argument("solution", type=Path, nargs="?", help="the student's file (the skeleton with its holes "
+                       "filled)")
+    which.add_argument("--reference", action="store_true", help="grade the stage's own code instead (instructors: "
+                       "the run thresholds are set from, tools/calibrate_grader.py)")
     where = grade.add_mutually_exclusive_group()
     where.add_argument("--gpu", action="store_true", help="the real kernel on a Hopper GPU, timed (default there)")
     where.add_argument("--cpu", action="store_true", help="the simulator / PTX emulator at small shapes (default "

@@ -21,8 +21,9 @@ The checks, each ``{"name", "category", "graded", "passed", "detail", ...}``:
 * performance (GPU only): :func:`gemm.testing.bench_kernel` on each GPU shape, TFLOP/s and the share of the stage's
   speed-of-light bound (:func:`lessons.ladder.speed_of_light`); a time that is <= 0 or implies more than 100% of
   the bound is an "impossible time" and fails; the last timed output is checked, then fresh inputs are generated,
-  run and checked again. Passes at >= the stage's threshold (results/grading.json, else the exercise's
-  ``perf_threshold``; None: reported, not graded).
+  run and checked again. Passes at >= the stage's threshold for that shape (results/grading.json: a share per
+  GPU shape, ``{"4096x4096x7168": 0.49, ...}``, or one share for every shape; else the exercise's
+  ``perf_threshold``; None, or a shape the file does not name: reported, not graded).
 
 The exit code is 0 only when every graded check passes.
 """
@@ -145,10 +146,14 @@ def scan_source(source: str, filename: str = "<solution>") -> list[str]:
     return [f"line {line}: {what}" for line, what in sorted(found)]
 
 
+ANSWER_NAMES = frozenset({"reference", "reference_solution", "EXERCISE"})  # where an exercise keeps the answer
+
+
 def copy_findings(source: str, exercise) -> list[str]:
-    """Ways a solution takes the answer instead of writing it: importing a stage module (``lessons``, other than
-    ``lessons.exercises``) or importing / reaching for the functions the stage itself uses for the holes (their
-    names, from ``exercise.reference()``)."""
+    """Ways a solution takes the answer instead of writing it: importing a stage module (any ``lessons`` module
+    but the ``lessons.exercises`` package itself), an exercise module, an exercise's ``reference`` /
+    ``EXERCISE``, or the functions the stage itself uses for the holes (their names, from
+    ``exercise.reference()``)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -176,9 +181,15 @@ def copy_findings(source: str, exercise) -> list[str]:
                 if f"{node.module}:{alias.name}" in answers or alias.name in answers:
                     found.add((node.lineno, f"imports the stage's own {alias.name} from {node.module}"))
         for module in modules:
-            if (module == "lessons" or module.startswith("lessons.")) and not module.startswith("lessons.exercises"):
+            if module.startswith("lessons.exercises."):
+                found.add((node.lineno, f"imports {module} (an exercise module: it wires the stage's own answer)"))
+            elif (module == "lessons" or module.startswith("lessons.")) and module != "lessons.exercises":
                 found.add((node.lineno, f"imports {module} (the stages' own code)"))
-        if isinstance(node, ast.Attribute) and node.attr in answers:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lessons"):
+            for alias in node.names:
+                if alias.name in ANSWER_NAMES:
+                    found.add((node.lineno, f"imports {alias.name} from {node.module} (the stage's own answer)"))
+        if isinstance(node, ast.Attribute) and (node.attr in answers or node.attr in ANSWER_NAMES):
             found.add((node.lineno, f"uses .{node.attr} (the stage's own function)"))
     return [f"line {line}: {what}" for line, what in sorted(found)]
 
@@ -487,6 +498,12 @@ def performance_verdict(timing, bound: dict | None, shape, threshold: float | No
     work = flops(*shape)
     median_us, min_us = float(timing.median_us), float(timing.min_us)
     out = {"time_us": median_us, "min_us": min_us, "threshold": threshold}
+    nodes = getattr(timing, "nodes_per_call", None)
+    if nodes is not None and nodes < 1:
+        return {**out, "passed": False, "impossible": True,
+                "why": f"untimed work: a call added {nodes:g} nodes to the CUDA graph captured on the stream it was "
+                       "given; run_gpu must enqueue its kernels on that stream (work on another stream, or done on "
+                       "the host, is not timed)"}
     if not (math.isfinite(median_us) and math.isfinite(min_us)) or median_us <= 0 or min_us <= 0:
         return {**out, "passed": False, "impossible": True,
                 "why": f"impossible time: median {median_us:g} us, min {min_us:g} us (<= 0 or not a number)"}
@@ -510,9 +527,17 @@ def performance_verdict(timing, bound: dict | None, shape, threshold: float | No
                    f"({'>=' if passed else '<'} {100 * threshold:.0f}%)"}
 
 
-def performance_checks(exercise, candidate, plan, *, backend, threshold: float | None) -> list[dict]:
+def shape_threshold(threshold, shape) -> float | None:
+    """The share that passes at ``shape``: one for every shape, or per shape (``{"MxNxK": share}``)."""
+    return threshold.get(_shape_text(shape)) if isinstance(threshold, dict) else threshold
+
+
+def performance_checks(exercise, candidate, plan, *, backend, threshold) -> list[dict]:
     """Time each GPU shape, then check the last timed output and a run on freshly generated inputs."""
     checks = []
+    untimed = (getattr(exercise, "extra", None) or {}).get("untimed")
+    if untimed:
+        return [_check("performance", "performance", None, f"not timed: {untimed}", graded=False)]
     if not _takes_stream(candidate):  # bench_kernel replays a CUDA graph captured on its own stream
         why = "Candidate.run_gpu takes no stream= argument: it cannot be timed (a contract gap of the exercise)"
         return [_check("performance", "performance", False if threshold is not None else None, why)]
@@ -536,7 +561,7 @@ def performance_checks(exercise, candidate, plan, *, backend, threshold: float |
             backend.synchronize()
             rows, expected = _reference(exercise, host, rng, sample=True)
             fresh = judge(backend.fetch(fresh_problem), rows, expected)
-            verdict = performance_verdict(timing, sol_bound(exercise, shape), shape, threshold)
+            verdict = performance_verdict(timing, sol_bound(exercise, shape), shape, shape_threshold(threshold, shape))
         except Exception as error:  # noqa: BLE001
             checks.append(_check(name, "performance", False, _error_text(error),
                                  traceback=traceback.format_exc()[-2000:]))
@@ -587,7 +612,7 @@ def load_solution(path: str):
 
 def run_child(plan: dict) -> dict:
     """Grade one solution in this (child) process: guards, load, holes, build, checks."""
-    solution_path = os.path.realpath(plan["solution"])
+    solution_path = os.path.realpath(plan["solution"]) if plan.get("solution") else "<the stage's own code>"
     guard = Guard(solution_path)
     guard.install()
     checks = []
@@ -597,7 +622,7 @@ def run_child(plan: dict) -> dict:
         return {"error": f"cannot load the exercise for stage {plan['stage']}: {_error_text(error)}", "checks": []}
     info = {"exercise": exercise.name, "stage": exercise.stage}
     try:
-        solution = load_solution(solution_path)
+        solution = exercise.reference() if plan.get("reference") else load_solution(solution_path)
     except Exception as error:  # noqa: BLE001
         checks.append(_check("loads", "integrity", False, _error_text(error),
                              traceback=traceback.format_exc()[-2000:]))
@@ -653,7 +678,7 @@ def _plain(value):
 
 # ------------------------------------------------------------------------------------------ the parent
 
-def read_thresholds(path: Path = GRADING_FILE) -> dict[int, float | None]:
+def read_thresholds(path: Path = GRADING_FILE) -> dict[int, float | dict | None]:
     try:
         stages = json.loads(Path(path).read_text())["stages"]
     except (OSError, ValueError, KeyError):
@@ -673,38 +698,46 @@ def _exercise_threshold(stage: int, exercise_file) -> float | None:
         return None
 
 
-def grade(stage: int, solution: Path | str, *, mode: str = "auto", seeds: int = DEFAULT_SEEDS,
+def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds: int = DEFAULT_SEEDS,
           secret: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, exercise_file: str | None = None,
           thresholds_file: Path | None = None) -> dict:
-    """Grade ``solution`` for ``stage`` in a child process; the report (see the module docstring)."""
+    """Grade ``solution`` for ``stage`` in a child process; the report (see the module docstring).
+
+    ``solution=None`` grades the stage's own code (``exercise.reference()``, the instructor's calibration run:
+    ``python -m lessons grade N --reference``); the source scans then have no file to read."""
     started = time.time()
-    solution = Path(solution).resolve()
+    reference = solution is None
+    solution = None if reference else Path(solution).resolve()
     secret = os.environ.get(SECRET_ENV) if secret is None else secret
     if mode == "auto":
         from ptx.device import is_hopper
         mode = "gpu" if is_hopper() else "cpu"
     plan_seeds = seed_plan(seeds, secret or None)
-    report = {"stage": stage, "solution": str(solution), "mode": mode,
-              "seeds": [entry["label"] for entry in plan_seeds], "secret_seeds": bool(secret),
-              "diff_limit": DIFF_LIMIT, "checks": []}
-    if not solution.is_file():
-        report["checks"].append(_check("loads", "integrity", False, f"no file {solution}"))
-        return _finish(report, started)
-    findings = scan_source(solution.read_text(errors="replace"), str(solution))
-    report["checks"].append(_check("no vendor GEMM (source)", "integrity", not findings,
-                                   "; ".join(findings) if findings else "no matmul/@/einsum/dot/_scaled_mm/cublas, "
-                                                                       "no torch/cupy import"))
-    try:
-        copied = copy_findings(solution.read_text(errors="replace"), load_exercise(stage, exercise_file))
-    except Exception:  # noqa: BLE001  (an exercise that does not load: the child reports it)
-        copied = []
-    report["checks"].append(_check("own work (no copy of the stage's code)", "integrity", not copied,
-                                   "; ".join(copied) if copied else "no stage module or stage function imported"))
+    report = {"stage": stage, "solution": f"stage {stage:02d}'s own code" if reference else str(solution),
+              "reference": reference, "mode": mode, "seeds": [entry["label"] for entry in plan_seeds],
+              "secret_seeds": bool(secret), "diff_limit": DIFF_LIMIT, "checks": []}
+    if not reference:
+        if not solution.is_file():
+            report["checks"].append(_check("loads", "integrity", False, f"no file {solution}"))
+            return _finish(report, started)
+        source = solution.read_text(errors="replace")
+        findings = scan_source(source, str(solution))
+        report["checks"].append(_check("no vendor GEMM (source)", "integrity", not findings,
+                                       "; ".join(findings) if findings else "no matmul/@/einsum/dot/_scaled_mm/"
+                                                                           "cublas, no torch/cupy import"))
+        try:
+            copied = copy_findings(source, load_exercise(stage, exercise_file))
+        except Exception:  # noqa: BLE001  (an exercise that does not load: the child reports it)
+            copied = []
+        report["checks"].append(_check("own work (no copy of the stage's code)", "integrity", not copied,
+                                       "; ".join(copied) if copied else "no stage module or stage function "
+                                                                        "imported"))
     threshold = _threshold(stage, _exercise_threshold(stage, exercise_file), thresholds_file)
     report["perf_threshold"] = threshold
     nonce = secrets.token_hex(16)
-    plan = {"nonce": nonce, "stage": stage, "solution": str(solution), "mode": mode, "seeds": plan_seeds,
-            "threshold": threshold, "exercise_file": str(exercise_file) if exercise_file else None}
+    plan = {"nonce": nonce, "stage": stage, "solution": None if reference else str(solution),
+            "reference": reference, "mode": mode, "seeds": plan_seeds, "threshold": threshold,
+            "exercise_file": str(exercise_file) if exercise_file else None}
     env = {key: value for key, value in os.environ.items() if key != SECRET_ENV}  # the child never sees it
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     if mode == "cpu":
@@ -785,7 +818,7 @@ def main(args) -> int:
             print("python -m lessons grade: --gpu needs a Hopper (sm_90) GPU; none found (use --cpu)",
                   file=sys.stderr)
             return 2
-    report = grade(args.stage, args.solution, mode=mode, seeds=args.seeds, timeout=args.timeout,
+    report = grade(args.stage, None if getattr(args, "reference", False) else args.solution, mode=mode, seeds=args.seeds, timeout=args.timeout,
                    thresholds_file=args.thresholds, exercise_file=getattr(args, "exercise_file", None))
     print(summary(report))
     if args.json:

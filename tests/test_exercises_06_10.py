@@ -87,6 +87,18 @@ def test_07_a_split_over_the_register_file_is_refused(rng):
         ex.build(middle).run_cpu(*random_problem(130, 136, 384, rng))  # two math warpgroups: 1 is in the middle
 
 
+def test_07_a_split_that_starves_the_math_warpgroups_fails_the_spill_check():
+    """The emulator has no register file, so D comes out right; ptxas compiles the math path for the registers
+    setmaxnreg gives it, and 104 cannot hold a 64 x 128 accumulator: the no-spills check fails (on the CPU)."""
+    from lessons.grade import technique_checks
+    ex = exercise(7)
+    starved = SimpleNamespace(register_split=lambda wgs: (40, 104), producer_warpgroup=lambda wgs: wgs)
+    checks = {c["name"]: c for c in technique_checks(ex, ex.build(starved))}
+    assert checks["no spills"]["passed"] is False, checks["no spills"]
+    assert checks["uses USETMAXREG"]["passed"]
+    assert {c["name"]: c for c in technique_checks(ex, ex.build(ex.reference()))}["no spills"]["passed"]
+
+
 def test_07_producer_first_is_also_correct(rng):
     """The other valid layout: the producer is warpgroup 0 and math threads index from %tid.x - 128."""
     ex = exercise(7)

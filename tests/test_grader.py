@@ -321,14 +321,14 @@ class HostBackend:
         return problem.d.copy()
 
 
-def _fake_timer(share_of_bound=None, us=None):
+def _fake_timer(share_of_bound=None, us=None, nodes_per_call=1):
     shape = (64, 136, 256)
 
     def timer(launch):
         for _ in range(3):
             launch(7)  # the timed calls run, on the timing stream
         seconds = (speed_of_light(1, *shape)["bound_us"] / share_of_bound * 1e-6) if us is None else us * 1e-6
-        return Timing(seconds * 1e6, seconds * 1e6, [seconds * 1e6] * 3, 3)
+        return Timing(seconds * 1e6, seconds * 1e6, [seconds * 1e6] * 3, 3, nodes_per_call=nodes_per_call)
     return timer
 
 
@@ -349,6 +349,21 @@ def test_a_time_below_the_physical_floor_is_impossible(timer, why, fake, tmp_pat
     _, (perf,) = _perf(fake, CORRECT, timer, tmp_path)
     assert perf["graded"] and not perf["passed"] and perf["impossible"]
     assert perf["detail"].startswith("impossible time") and why in perf["detail"]
+
+
+def test_work_off_the_timed_stream_is_caught(fake, tmp_path):
+    """GPU MODE's "extra streams" hack: the kernel runs on a stream of its own, the graph captured on the timing
+    stream holds none of it and times nothing. bench_kernel counts the nodes a call adds (tests/test_harness.py)."""
+    _, (perf,) = _perf(fake, CORRECT, _fake_timer(share_of_bound=0.5, nodes_per_call=0), tmp_path)
+    assert perf["graded"] and not perf["passed"] and perf["impossible"]
+    assert perf["detail"].startswith("untimed work")
+
+
+def test_an_untimed_exercise_reports_why(fake, tmp_path):
+    from dataclasses import replace
+    exercise = replace(grade.load_exercise(1, str(fake)), extra={"untimed": "no GEMM here"})
+    checks = grade.performance_checks(exercise, object(), grade.seed_plan(1, None), backend=None, threshold=0.5)
+    assert [(c["graded"], c["detail"]) for c in checks] == [(False, "not timed: no GEMM here")]
 
 
 def test_the_performance_grade_against_the_threshold(fake, tmp_path):
@@ -452,3 +467,43 @@ def test_copying_the_stages_own_functions_is_caught():
     source = f"from {function.__module__} import {function.__name__} as {ex08.holes[0]}\n"
     assert copy_findings(source, ex08), source
     assert not copy_findings("import numpy as np\nfrom lessons.exercises import exercise\n", ex08)
+    # the answers an exercise keeps for its own tests are answers too (exercise 07's are lambdas: no name to match)
+    ex07 = exercise(7)
+    for source in ("from lessons.exercises.ex07_warp_roles import reference\n",
+                   "import lessons.exercises.ex07_warp_roles as ex\n",
+                   "from lessons.exercises import exercise\nregister_split = exercise(7).reference().register_split\n",
+                   "from lessons.exercises import exercise\nanswer = exercise(7).EXERCISE\n"):
+        assert copy_findings(source, ex07), source
+
+
+def test_the_reference_run_grades_the_stages_own_code():
+    """``python -m lessons grade N --reference``: the instructor's calibration run, no file to scan."""
+    report = grade.grade(0, None, mode="cpu", seeds=1, secret="")
+    assert report["passed"] and report["reference"] and report["solution"] == "stage 00's own code"
+    assert not [c for c in report["checks"] if c["name"].startswith(("no vendor GEMM (source)", "own work"))]
+
+
+def test_the_cli_takes_a_file_or_the_reference_flag():
+    from lessons.__main__ import _parser
+    assert _parser().parse_args(["grade", "4", "--reference"]).reference
+    assert _parser().parse_args(["grade", "4", "mine.py"]).solution == Path("mine.py")
+    for argv in (["grade", "4"], ["grade", "4", "mine.py", "--reference"]):
+        with pytest.raises(SystemExit):
+            _parser().parse_args(argv)
+
+
+def test_thresholds_follow_the_rule_from_a_reference_report():
+    """tools/calibrate_grader.py: 0.8 x the stage's own share at each shape, rounded down; none where the stage's own
+    code failed a graded check or has no bound."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import calibrate_grader as calibrate
+    perf = lambda shape, pct: {"category": "performance", "graded": False, "passed": None,  # noqa: E731
+                               "name": f"performance {shape}", "shape": shape, "pct_bound": pct}
+    report = {"stage": 8, "device": {"name": "NVIDIA H100 80GB HBM3", "sm_clock_mhz": 1755}, "date": "d",
+              "checks": [perf([1000, 2112, 512], 31.26), perf([4096, 4096, 7168], 61.9)]}
+    threshold, measured = calibrate.threshold_from(report)
+    assert threshold == {"1000x2112x512": 0.25, "4096x4096x7168": 0.49}
+    assert measured["pct_bound"] == {"1000x2112x512": 31.26, "4096x4096x7168": 61.9}
+    report["checks"].append({"category": "correctness", "graded": True, "passed": False, "name": "correct x"})
+    assert calibrate.threshold_from(report)[0] is None
+    assert calibrate.threshold_from({"stage": 0, "checks": []})[0] is None

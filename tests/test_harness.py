@@ -343,8 +343,10 @@ def test_bench_kernel_reports_a_launch_that_cannot_be_captured():
 
     with pytest.raises(Exception):
         bench_kernel(launch_and_copy_back)
-    bench_kernel(lambda s: noop[1, 1, cuda.external_stream(s)](out))  # the timing stream is still usable
-    assert timing_stream()
+    timing = bench_kernel(lambda s: noop[1, 1, cuda.external_stream(s)](out))  # the timing stream is still usable
+    assert timing_stream() and timing.nodes_per_call == 1
+    other = cuda.stream()
+    assert bench_kernel(lambda s: noop[1, 1, other](out)).nodes_per_call == 0  # untimed work shows
 
 
 @pytest.mark.gpu
@@ -480,6 +482,7 @@ class _SimulatedDriver:
     def cuStreamBeginCapture(self, stream, mode): self.capture = []; return (0,)
     def cuGraphInstantiate(self, graph, flags): return (0, graph)
     def cuGraphDestroy(self, graph): return (0,)
+    def cuGraphGetNodes(self, graph, count): return (0, [], len(self.graphs[graph]))
     def cuGraphExecDestroy(self, graph): return (0,)
     def cuGraphLaunch(self, graph, stream): self.clock += sum(self.graphs[graph]) + self.GRAPH_LAUNCH_US; return (0,)
 
@@ -514,6 +517,19 @@ def test_bench_kernel_subtracts_flushes_and_picks_pairs(simulated_driver, kernel
     assert timing.pairs == min(expected_pairs, MAX_PAIRS) and len(timing.samples_us) == 5
     assert timing.flush_us == pytest.approx(simulated_driver.FLUSH_US + simulated_driver.GRAPH_LAUNCH_US / timing.pairs)
     assert len(calls_outside_capture) >= 1, "the first call must happen before any capture"
+
+
+def test_bench_kernel_counts_the_graph_nodes_a_call_adds(simulated_driver):
+    """Work a call puts on another stream is in no node of the captured graph: nodes_per_call says so (the
+    grader's defence against untimed work)."""
+    from gemm.testing import bench_kernel
+    timed = bench_kernel(lambda stream: simulated_driver.work(50.0))
+    assert timed.nodes_per_call == 1
+
+    def elsewhere(stream):  # the work happens, but not on the captured stream
+        simulated_driver.clock += 50.0
+
+    assert bench_kernel(elsewhere).nodes_per_call == 0
 
 
 def test_bench_kernel_ends_the_capture_when_the_launch_fails(simulated_driver):

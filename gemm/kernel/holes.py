@@ -70,6 +70,7 @@ class HoledKernel:
         self.config_of, self.seams, self.cpu_config_of = config_of, seams, cpu_config_of or config_of
         self.sass_shape, self.check, self.sm_count_cpu = sass_shape, check or (lambda: None), sm_count_cpu
         self._kernels: dict = {}
+        self._cubin = None
 
     def run_cpu(self, a, sa, b, sb):
         from gemm.emulated import run_gemm
@@ -108,10 +109,20 @@ class HoledKernel:
                       cluster=(config.multicast, 1, 1) if config.multicast > 1 else None, stream=stream)
 
     def cubin(self):
+        """The cubin at ``sass_shape`` (built once per candidate: :meth:`sass` and :meth:`resources` share it)."""
         from gemm.kernel.launch import cubin
-        m, n, k = self.sass_shape
-        with hole_override(**self.seams(m, n, k)):
-            return cubin(self.config_of(m, n, k), n, k)
+        if self._cubin is None:
+            m, n, k = self.sass_shape
+            with hole_override(**self.seams(m, n, k)):
+                self._cubin = cubin(self.config_of(m, n, k), n, k)
+        return self._cubin
+
+    def resources(self) -> dict:
+        """Registers and spills of the kernel at ``sass_shape`` (ptxas's report): a register split that starves the
+        math warpgroups shows here as spills, even where the emulator (which has no register file) computes D."""
+        res = next(iter(self.cubin().resources.values()))
+        return {"registers": res.registers, "spill_stores": getattr(res, "spill_stores", 0) or 0,
+                "spill_loads": getattr(res, "spill_loads", 0) or 0}
 
     def sass(self):
         """The SASS of the kernel at ``sass_shape`` (assembled on the CPU: ptxas and nvdisasm, no GPU)."""

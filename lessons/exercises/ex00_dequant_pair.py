@@ -39,11 +39,9 @@ def _row_scales_b(sb, n: int) -> np.ndarray:
 
 
 def _product(a_values, b_values) -> np.ndarray:
-    """(M, K) x (N, K)^T in float64, NaN-propagating (the poison of an unwritten element reaches D)."""
-    out = np.zeros((a_values.shape[0], b_values.shape[0]))
-    for start in range(0, a_values.shape[1], 128):  # plain sums of products: no BLAS entry point involved
-        out += (a_values[:, None, start:start + 128] * b_values[None, :, start:start + 128]).sum(axis=2)
-    return out
+    """(M, K) x (N, K)^T in float64, NaN-propagating (the poison of an unwritten element reaches D). The grader's
+    side, not the student's: the vendor-GEMM guard refuses matmul only to code in the student's file."""
+    return np.asarray(a_values, np.float64) @ np.asarray(b_values, np.float64).T
 
 
 def _exact(x, s) -> np.ndarray:
@@ -202,7 +200,9 @@ EXERCISE = Exercise(
     required_sass=("F2FP",),
     forbidden_sass=("HMMA", "QGMMA", "HGMMA", "I2F"),
     shapes_cpu=((70, 200, 256), (33, 130, 128)),
-    shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
+    shapes_gpu=((1000, 2112, 512), (4096, 512, 7168)),  # the product is on the host: a narrow N keeps it short
     perf_threshold=None,
-    extra={"reference": reference, "sass_checks": (hardware_conversions,)},
+    extra={"reference": reference, "sass_checks": (hardware_conversions,),
+           "untimed": "stage 00 is no GEMM (the grader multiplies on the host): no GEMM speed of light to grade "
+                      "against (notebooks/00_ptx_dequant.ipynb times the dequantization kernel against HBM)"},
 )

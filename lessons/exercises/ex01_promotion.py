@@ -58,6 +58,7 @@ class NumbaCandidate:
     def __init__(self, stage: int, module_name: str, factory, solution):
         self.stage, self.module_name, self.factory, self.solution = stage, module_name, factory, solution
         self._kernel = None
+        self._cubin = None
 
     @property
     def kernel(self):
@@ -75,8 +76,8 @@ class NumbaCandidate:
         self.run_gpu(problem.a, problem.sa, problem.b, problem.sb, problem.d)
         return bf16_to_float(problem.d.copy_to_host()).astype(np.float32)
 
-    def run_gpu(self, a, sa, b, sb, d) -> None:
-        _stage(self.stage).gemm(a, sa, b, sb, d, kernel=self.kernel)
+    def run_gpu(self, a, sa, b, sb, d, stream=None) -> None:
+        _stage(self.stage).gemm(a, sa, b, sb, d, stream=stream, kernel=self.kernel)
 
     def ptx(self) -> str:
         """PTX of the kernel for cc 9.0 (NVVM), compiled in a child process without the simulator."""
@@ -92,17 +93,32 @@ class NumbaCandidate:
             raise RuntimeError(f"numba.cuda.compile_ptx failed: {last}")
         return json.loads(result.stdout.strip().splitlines()[-1])
 
-    def sass(self):
-        """The kernel's SASS (numba.cuda.compile_ptx for cc 9.0, assembled by ptx.compile), or None without NVVM."""
+    def cubin(self):
+        """The kernel's cubin (numba.cuda.compile_ptx for cc 9.0, assembled by ptx.compile), or None without NVVM;
+        built once (sass and resources share it)."""
         from ptx.compile import compile_ptx
+        if self._cubin is None:
+            try:
+                ptx = self.ptx()
+            except RuntimeError as error:
+                if "nvvm" in str(error).lower():
+                    return None
+                raise
+            self._cubin = compile_ptx(ptx)
+        return self._cubin
+
+    def sass(self):
         from ptx.sass import disassemble
-        try:
-            ptx = self.ptx()
-        except RuntimeError as error:
-            if "nvvm" in str(error).lower():
-                return None
-            raise
-        return disassemble(compile_ptx(ptx))
+        cubin = self.cubin()
+        return None if cubin is None else disassemble(cubin)
+
+    def resources(self) -> dict | None:
+        cubin = self.cubin()
+        if cubin is None:
+            return None
+        res = next(iter(cubin.resources.values()))
+        return {"registers": res.registers, "spill_stores": getattr(res, "spill_stores", 0) or 0,
+                "spill_loads": getattr(res, "spill_loads", 0) or 0}
 
 
 # ------------------------------------------------------------------------------------------- exercise 01

@@ -39,8 +39,8 @@ class PtxCandidate:
     def run_cpu(self, a, sa, b, sb) -> np.ndarray:
         return np.asarray(_stage(self.stage).emulate(a, sa, b, sb, **self.hooks), np.float32)
 
-    def run_gpu(self, a, sa, b, sb, d) -> None:
-        _stage(self.stage).gemm(a, sa, b, sb, d, **self.hooks)
+    def run_gpu(self, a, sa, b, sb, d, stream=None) -> None:
+        _stage(self.stage).gemm(a, sa, b, sb, d, stream=stream, **self.hooks)
 
     def cubin(self):
         from ptx.compile import compile_ptx

@@ -83,6 +83,7 @@ class Stage06Candidate:
     def __init__(self, solution):
         self.solution = solution
         self._kernels: dict = {}
+        self._cubin = None
 
     def _seams(self) -> dict:
         return dict(pipeline_slot=self.solution.pipeline_slot,
@@ -118,12 +119,22 @@ class Stage06Candidate:
         self._kernels[m, n, k].launch(plan.grid, plan.threads, [*maps, args.sb.ptr, args.d.ptr],
                                       shared_bytes=plan.shared_bytes, stream=stream)
 
+    def cubin(self):
+        from ptx.compile import compile_ptx
+        if self._cubin is None:
+            self._cubin = compile_ptx(self._ptx(*self.SASS_SHAPE))
+        return self._cubin
+
     def sass(self):
         import lessons
-        from ptx.compile import compile_ptx
         from ptx.sass import disassemble
         check_bookkeeping(self.solution)
-        return disassemble(compile_ptx(self._ptx(*self.SASS_SHAPE)), lessons.stage(6).KERNEL)
+        return disassemble(self.cubin(), lessons.stage(6).KERNEL)
+
+    def resources(self) -> dict:
+        res = next(iter(self.cubin().resources.values()))
+        return {"registers": res.registers, "spill_stores": getattr(res, "spill_stores", 0) or 0,
+                "spill_loads": getattr(res, "spill_loads", 0) or 0}
 
 
 def build(solution) -> Stage06Candidate:

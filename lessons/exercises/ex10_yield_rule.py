@@ -100,6 +100,9 @@ class Stage10Candidate:
     def sass(self):
         return self.kernel.sass()
 
+    def resources(self) -> dict:
+        return self.kernel.resources()
+
 
 def build(solution) -> Stage10Candidate:
     return Stage10Candidate(solution)
