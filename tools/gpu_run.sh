@@ -2,6 +2,7 @@
 # One entry point for a session's GPU runs (the lent H100 has no installs: run from the repo root with
 # PYTHONPATH=.). Each part writes its log under $OUT (default ./gpu_out) and goes on if a part fails.
 #   bash tools/gpu_run.sh smoke tests ladder bench      (any subset, in that order)
+#   parts: env smoke quick tests ladder bench overhead sweep sanitize grade notebooks
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
@@ -44,6 +45,12 @@ for part in "$@"; do
                 echo "rc=${PIPESTATUS[0]}"
               done
             done 2>&1 | tee "$OUT/sanitizer.txt" ;;
+    grade)  # the grader's calibration: every stage's own code graded on the GPU, thresholds into results/grading.json
+            timeout ${GRADE_TIMEOUT:-540} $PY tools/calibrate_grader.py ${CALIBRATE_ARGS:-} 2>&1 | tee "$OUT/calibrate.log" | tail -60
+            tar czf "$OUT/grading.tgz" results/grading.json results/grading ;;
+    notebooks) # execute notebooks in place (NOTEBOOKS="00 07 ..." or all), bring them back as one archive
+            $PY tools/execute_notebooks.py ${NOTEBOOKS:-} 2>&1 | tee "$OUT/notebooks.log" | tail -40
+            tar czf "$OUT/notebooks.tgz" notebooks/*.ipynb ;;
     *) echo "unknown part $part" ;;
   esac
 done

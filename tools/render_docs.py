@@ -214,6 +214,29 @@ def grouped_block(result: dict) -> str:
     return "\n".join(lines)
 
 
+def grading_block(grading: dict) -> str:
+    """The grader's per-stage thresholds (results/grading.json, tools/calibrate_grader.py) and the shares of the
+    speed-of-light bound the stage's own code reached in the run they were set from."""
+    lines = ["| stage | threshold (share of the bound) | the stage's own code | measured on |", "|---|---|---|---|"]
+    for stage, entry in grading["stages"].items():
+        measured = entry.get("measured") or {}
+        threshold = entry.get("perf_threshold")
+        shares = ", ".join(f"{pct:.1f}% at {shape}" for shape, pct in (measured.get("pct_bound") or {}).items())
+        where = ", ".join(str(x) for x in (measured.get("device"), measured.get("sm_clock_mhz") and
+                                           f"SM clock {measured['sm_clock_mhz']} MHz after the run", (measured.get("date") or "")[:10])
+                          if x)
+        if isinstance(threshold, dict):
+            threshold = ", ".join(f"{100 * share:.0f}% at {shape}" for shape, share in threshold.items())
+        elif threshold is not None:
+            threshold = f"{100 * threshold:.0f}% at every shape"
+        lines.append(f"| {stage} | {threshold or 'not graded'} | "
+                     f"{shares or measured.get('note') or entry.get('note') or '–'} | {where or '–'} |")
+    rules = sorted({(entry.get("measured") or {}).get("rule") for entry in grading["stages"].values()} - {None})
+    if rules:
+        lines += ["", "Rule: " + "; ".join(rules) + "."]
+    return "\n".join(lines)
+
+
 def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path, str]:
     """The new text of every doc in ``docs`` that holds a results block."""
     ladder_json, bench_json = results / "ladder.json", results / "gemm_bench.json"
@@ -228,6 +251,10 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     grouped_json = results / "grouped_bench.json"
     blocks["grouped_bench_results"] = grouped_block(read_result(grouped_json)) if grouped_json.exists() else \
         _missing("python -m gemm.bench --grouped", "grouped_bench.json")
+    grading_json = results / "grading.json"
+    if grading_json.exists():
+        import json
+        blocks["grading_thresholds"] = grading_block(json.loads(grading_json.read_text()))
     for sweep in (results / "ffma_pass.json", results / "multicast.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))

@@ -1,0 +1,115 @@
+"""Set the grader's performance thresholds (results/grading.json) from a measured run of each stage's own code.
+
+    PYTHONPATH=. python tools/calibrate_grader.py                 # on a Hopper GPU: grade every stage's own code
+    PYTHONPATH=. python tools/calibrate_grader.py --stages 4-10   # some of them
+    python tools/calibrate_grader.py --from-reports               # no GPU: recompute grading.json from the reports
+
+A GPU run grades each stage's own code (``python -m lessons grade N --reference --gpu``) with no thresholds, so
+performance is reported, not graded, and writes the report to ``results/grading/NN_reference.json``. Then, for
+every stage with a speed-of-light bound and every GPU shape of its exercise, the threshold is the stage's own
+share of its bound at that shape times :data:`RULE`, rounded down to a whole percent (per shape: a small problem
+reaches a fifth of the bound where a large one reaches half, and one share for both would let a kernel three
+times too slow pass at the large one). A correct solution that builds the same kernel passes with room for
+run-to-run noise (this H100 throttles between 1.4 and 1.7 GHz); one that is correct but slow fails (a register
+split that spills, shared reads that conflict). A stage whose own code failed any graded check gets no threshold:
+its report says why.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+REPORTS = ROOT / "results" / "grading"
+GRADING = ROOT / "results" / "grading.json"
+RULE = 0.8
+RULE_TEXT = f"{RULE:g} x the stage's own share of its bound at each GPU shape, rounded down to 1%"
+ABOUT = ("Per-stage performance thresholds for `python -m lessons grade` (docs/course.md). perf_threshold is the "
+         "share (0-1) of the stage's speed-of-light bound (lessons.ladder.speed_of_light) that passes, per shape of "
+         "the exercise's shapes_gpu (\"MxNxK\": share) or one for all; null: performance is reported, not graded. "
+         "measured: the GPU run of the "
+         "stage's own code the threshold was set from. Written by tools/calibrate_grader.py.")
+
+
+def report_path(stage: int) -> Path:
+    return REPORTS / f"{stage:02d}_reference.json"
+
+
+def run_references(stages, seeds: int, timeout: float) -> None:
+    from gemm.testing import device_info, utc_now
+    from lessons.grade import _plain, grade, summary
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    for stage in stages:
+        # no thresholds file: the reference is measured, not graded against an older calibration
+        print(f"=== stage {stage:02d}", flush=True)
+        report = grade(stage, None, mode="gpu", seeds=seeds, secret="", thresholds_file=REPORTS / "none.json",
+                       timeout=timeout)
+        report.update(device=device_info(), date=utc_now())
+        report_path(stage).write_text(json.dumps(report, indent=1, default=_plain) + "\n")
+        print(summary(report), flush=True)
+
+
+def threshold_from(report: dict) -> tuple[dict | None, dict]:
+    """({shape: threshold}, the ``measured`` entry) from one reference report."""
+    shares = {"x".join(map(str, c["shape"])): round(c["pct_bound"], 2) for c in report["checks"]
+              if c["category"] == "performance" and c.get("pct_bound") is not None}
+    failed = [c["name"] for c in report["checks"] if c["graded"] and not c["passed"]]
+    device = report.get("device") or {}
+    measured = {"report": str(report_path(report["stage"]).relative_to(ROOT)), "device": device.get("name"),
+                "sm_clock_mhz": device.get("sm_clock_mhz"), "date": report.get("date"),
+                "pct_bound": shares, "rule": RULE_TEXT}
+    if failed:
+        return None, {**measured, "note": f"the stage's own code failed {', '.join(failed)}: no threshold"}
+    if not shares:
+        untimed = [c["detail"] for c in report["checks"] if c["category"] == "performance"]
+        return None, {**measured, "note": untimed[0] if untimed else "no speed-of-light bound: not graded"}
+    return {shape: math.floor(RULE * pct) / 100 for shape, pct in shares.items()}, measured
+
+
+def write_grading(stages) -> dict:
+    from lessons.exercises import exercises
+    grading = json.loads(GRADING.read_text()) if GRADING.exists() else {}
+    entries = grading.get("stages", {})
+    for stage in sorted(exercises()):
+        if stage not in stages or not report_path(stage).exists():
+            continue
+        threshold, measured = threshold_from(json.loads(report_path(stage).read_text()))
+        entries[f"{stage:02d}"] = {"perf_threshold": threshold, "measured": measured}
+    out = {"about": ABOUT, "diff_limit": grading.get("diff_limit", 1e-3), "stages": dict(sorted(entries.items()))}
+    GRADING.write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+def _stages(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        out += list(range(int(first), int(last or first) + 1))
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stages", type=_stages, default=list(range(11)), help='e.g. "4-10" (default 0-10)')
+    parser.add_argument("--seeds", type=int, default=1, help="public seeds per GPU shape (default 1)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per stage (default 300)")
+    parser.add_argument("--from-reports", action="store_true", help="no GPU: recompute from results/grading/")
+    args = parser.parse_args(argv)
+    if not args.from_reports:
+        run_references(args.stages, args.seeds, args.timeout)
+    grading = write_grading(args.stages)
+    for stage, entry in grading["stages"].items():
+        shares = (entry.get("measured") or {}).get("pct_bound") or {}
+        print(f"stage {stage}: thresholds {entry['perf_threshold']}  own share "
+              + ", ".join(f"{shape} {pct:.1f}%" for shape, pct in shares.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
