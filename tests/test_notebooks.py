@@ -233,3 +233,26 @@ def test_executor_without_jupyter_stores_what_jupyter_would(tmp_path):
     figure, printed = code[3]["outputs"]
     assert figure["output_type"] == "display_data" and figure["data"]["image/png"].startswith("iVBORw0KGgo")
     assert "".join(printed["text"]) == "after the figure\n"
+
+
+# ------------------------------------------------------------------------------ the course exercise
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_stage_notebook_ends_with_its_exercise(path):
+    """The last two cells: exercise N's prompt (naming its skeleton) and a cell that grades the student's copy,
+    whose committed output is a report: the skeleton's FAILED, or the grade of a notebooks/my_exNN.py."""
+    from lessons.exercises import exercise
+    number = _stage_of(path)
+    *_, prompt, grading = json.loads(path.read_text())["cells"]
+    prompt_text, grading_text = "".join(prompt["source"]), "".join(grading["source"])
+    skeleton = exercise(number).skeleton.relative_to(ROOT).as_posix()
+    assert prompt["cell_type"] == "markdown" and prompt_text.startswith(f"## Exercise {number:02d}:"), prompt_text
+    assert skeleton in prompt_text and f"notebooks/my_ex{number:02d}.py" in prompt_text, prompt_text
+    assert grading["cell_type"] == "code" and f"grade({number}, " in grading_text, grading_text
+    printed = "".join("".join(o.get("text", "")) for o in grading["outputs"] if o["output_type"] == "stream")
+    rerun = f"run: PYTHONPATH=. python tools/execute_notebooks.py {path.relative_to(ROOT)}"
+    graded = printed.partition("\n")[0]  # "grading stage NN (name): <the file>"
+    assert graded.endswith(f"notebooks/my_ex{number:02d}.py") or (
+        graded.endswith(f": {skeleton}") and printed.rstrip().endswith("FAILED")), \
+        f"{path.name}: the grading cell's output is not a report on the skeleton (FAILED) or a my_ex file; " \
+        f"{rerun}\n{printed}"

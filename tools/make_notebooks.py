@@ -5,12 +5,14 @@
 
 One notebook per stage: the one idea (markdown), the kernel (Numba source, or an excerpt of the generated
 PTX with its resource report and SASS opcode counts), a correctness check against the float64 reference,
-and a timing cell. Generator stages (07+) also show their one config change, the emitter that implements it,
-the SASS opcode table against the previous stage, figures drawn from the kernel's own layout functions, and
-a cell for the CPU emulator; stages whose worth is a measurement (09, 10) print it from the committed results/
-file, never from numbers written here. Every cell runs without a GPU: Numba kernels fall back to the CUDA
-simulator on tiny shapes, PTX is assembled and disassembled on the CPU, and GPU-only work prints what it would
-need (a missing results/ file prints the command that writes it).
+and a timing cell; every stage notebook ends with the stage's course exercise (tools/exercise_cells.py: the
+prompt from lessons/exercises and a cell that grades the student's copy). Generator stages (07+) also show their
+one config change, the emitter that implements it, the SASS opcode table against the previous stage, figures
+drawn from the kernel's own layout functions, and a cell for the CPU emulator; stages whose worth is a
+measurement (09, 10) print it from the committed results/ file, never from numbers written here. Every cell
+runs without a GPU: Numba kernels fall back to the CUDA simulator on tiny shapes, PTX is assembled and
+disassembled on the CPU, and GPU-only work prints what it would need (a missing results/ file prints the command
+that writes it).
 Notebooks are written with stable cell ids, so diffs stay readable. Their outputs come from a run,
 tools/execute_notebooks.py, and are committed: --check compares sources, ids and metadata with the outputs
 stripped, and rewriting a notebook whose sources did not change keeps its outputs (a changed one is written
@@ -28,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the cell modules beside this file
 from emulator_cells import break_it_cells, emulator_cells  # noqa: E402
+from exercise_cells import exercise_cells  # noqa: E402
 from moe_notebook import cells as moe_cells  # noqa: E402
 from precision_notebook import cells as precision_cells  # noqa: E402
 
@@ -399,6 +402,7 @@ def build() -> dict[str, dict]:
         if number in (4, 5, 6):  # hand-written PTX: run it in the emulator too, then break it
             figures += [*emulator_cells(number), *break_it_cells(number)]
         cells[len(cells) - timing:len(cells) - timing] = figures
+        cells += exercise_cells(number)  # every stage notebook ends with its course exercise
     books["precision"] = precision_cells()
     books["moe_grouped"] = moe_cells()
     return {name: notebook(name, cells) for name, cells in books.items()}
