@@ -149,11 +149,15 @@ def scan_source(source: str, filename: str = "<solution>") -> list[str]:
 ANSWER_NAMES = frozenset({"reference", "reference_solution", "EXERCISE"})  # where an exercise keeps the answer
 
 
+PACKAGE_NAMES = frozenset({"Exercise", "Candidate", "exercise", "exercises", "SKELETONS"})  # lessons.exercises API
+
+
 def copy_findings(source: str, exercise) -> list[str]:
-    """Ways a solution takes the answer instead of writing it: importing a stage module (any ``lessons`` module
-    but the ``lessons.exercises`` package itself), an exercise module, an exercise's ``reference`` /
-    ``EXERCISE``, or the functions the stage itself uses for the holes (their names, from
-    ``exercise.reference()``)."""
+    """Ways a solution takes the answer instead of writing it, read from its source: importing a stage module (any
+    ``lessons`` module but the ``lessons.exercises`` package's own names), an exercise module, an exercise's
+    ``reference`` / ``EXERCISE``, or the functions the stage itself uses for the holes (their names, from
+    ``exercise.reference()``, and the holes' names read off another module). :func:`same_as_reference` catches at
+    run time what a source scan cannot (``getattr(exercise(4), "refer" + "ence")``)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -170,28 +174,58 @@ def copy_findings(source: str, exercise) -> list[str]:
                 answers.add(f"{function.__module__}:{name or hole}")
     except Exception:  # noqa: BLE001  (an exercise without a reference: only the module rule applies)
         pass
+    holes = set(getattr(exercise, "holes", ()))
     found = set()
+    from_lessons = False
     for node in ast.walk(tree):
         modules = []
         if isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            modules = [node.module or ""]
+            module = node.module or ""
+            modules = [module]
+            if module == "lessons.exercises":  # `from lessons.exercises import ex04_...` imports a module
+                modules += [f"{module}.{alias.name}" for alias in node.names if alias.name not in PACKAGE_NAMES]
             for alias in node.names:
-                if f"{node.module}:{alias.name}" in answers or alias.name in answers:
-                    found.add((node.lineno, f"imports the stage's own {alias.name} from {node.module}"))
+                if f"{module}:{alias.name}" in answers or alias.name in answers:
+                    found.add((node.lineno, f"imports the stage's own {alias.name} from {module}"))
+                if module.startswith("lessons") and alias.name in ANSWER_NAMES:
+                    found.add((node.lineno, f"imports {alias.name} from {module} (the stage's own answer)"))
         for module in modules:
+            if module == "lessons" or module.startswith("lessons."):
+                from_lessons = True
             if module.startswith("lessons.exercises."):
                 found.add((node.lineno, f"imports {module} (an exercise module: it wires the stage's own answer)"))
             elif (module == "lessons" or module.startswith("lessons.")) and module != "lessons.exercises":
                 found.add((node.lineno, f"imports {module} (the stages' own code)"))
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lessons"):
-            for alias in node.names:
-                if alias.name in ANSWER_NAMES:
-                    found.add((node.lineno, f"imports {alias.name} from {node.module} (the stage's own answer)"))
-        if isinstance(node, ast.Attribute) and (node.attr in answers or node.attr in ANSWER_NAMES):
+        if isinstance(node, ast.Attribute) and (node.attr in answers or node.attr in holes):
             found.add((node.lineno, f"uses .{node.attr} (the stage's own function)"))
+    if from_lessons:  # an exercise's answer, read off what the solution imported from lessons
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ANSWER_NAMES:
+                found.add((node.lineno, f"uses .{node.attr} (the stage's own answer)"))
     return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def _code_of(function):
+    function = getattr(function, "py_func", function)  # a Numba dispatcher: its Python function
+    return getattr(function, "__code__", None)
+
+
+def same_as_reference(exercise, solution) -> list[str]:
+    """Holes the solution filled with the stage's own function (the very object, or its code), however it got it."""
+    try:
+        reference = exercise.reference()
+    except Exception:  # noqa: BLE001  (an exercise without a reference)
+        return []
+    same = []
+    for hole in exercise.holes:
+        mine, theirs = getattr(solution, hole, None), getattr(reference, hole, None)
+        if mine is None or theirs is None:
+            continue
+        if mine is theirs or (_code_of(mine) is not None and _code_of(mine) is _code_of(theirs)):
+            same.append(hole)
+    return same
 
 
 # ------------------------------------------------------------------------------------- dynamic guards
@@ -301,9 +335,9 @@ class DeviceBackend:
         from gemm.fp8 import bf16_to_float
         return bf16_to_float(problem.d.copy_to_host())
 
-    def timer(self, launch: Callable[[int], None]):
+    def timer(self, launch: Callable[[int], None], before_replay: Callable[[], None] | None = None):
         from gemm.testing import bench_kernel
-        return bench_kernel(launch)
+        return bench_kernel(launch, before_replay=before_replay)
 
 
 def _takes_stream(candidate) -> bool:
@@ -497,8 +531,8 @@ def performance_verdict(timing, bound: dict | None, shape, threshold: float | No
     from gemm.fp8 import flops
     work = flops(*shape)
     median_us, min_us = float(timing.median_us), float(timing.min_us)
-    out = {"time_us": median_us, "min_us": min_us, "threshold": threshold}
     nodes = getattr(timing, "nodes_per_call", None)
+    out = {"time_us": median_us, "min_us": min_us, "threshold": threshold, "nodes_per_call": nodes}
     if nodes is not None and nodes < 1:
         return {**out, "passed": False, "impossible": True,
                 "why": f"untimed work: a call added {nodes:g} nodes to the CUDA graph captured on the stream it was "
@@ -520,7 +554,8 @@ def performance_verdict(timing, bound: dict | None, shape, threshold: float | No
                        f"({bound['bound_tflops']:.4g} TFLOP/s); nothing runs faster than its speed of light"}
     if threshold is None:
         return {**out, "passed": None, "impossible": False,
-                "why": f"{tflops:.4g} TFLOP/s = {100 * share:.1f}% of the bound (no threshold: not graded)"}
+                "why": f"{tflops:.4g} TFLOP/s = {100 * share:.1f}% of the bound (no threshold for this shape: not "
+                       "graded)"}
     passed = share >= threshold
     return {**out, "passed": passed, "impossible": False,
             "why": f"{tflops:.4g} TFLOP/s = {100 * share:.1f}% of the bound "
@@ -540,7 +575,8 @@ def performance_checks(exercise, candidate, plan, *, backend, threshold) -> list
         return [_check("performance", "performance", None, f"not timed: {untimed}", graded=False)]
     if not _takes_stream(candidate):  # bench_kernel replays a CUDA graph captured on its own stream
         why = "Candidate.run_gpu takes no stream= argument: it cannot be timed (a contract gap of the exercise)"
-        return [_check("performance", "performance", False if threshold is not None else None, why)]
+        graded = any(shape_threshold(threshold, shape) is not None for shape in exercise.shapes_gpu)
+        return [_check("performance", "performance", False if graded else None, why)]
     for shape in exercise.shapes_gpu:
         name = f"performance {_shape_text(shape)}"
         seed = plan[-1]["seed"]  # the last seed: secret when there is a secret
@@ -549,7 +585,11 @@ def performance_checks(exercise, candidate, plan, *, backend, threshold) -> list
             host = _problem(exercise, shape, rng)
             problem = backend.put(host)
             backend.poison(problem)
-            timing = backend.timer(lambda stream: backend.launch(candidate, problem, stream))
+            def poison_before_replay(problem=problem):  # D is then what the replays alone wrote
+                backend.synchronize()  # the whole device: work a call left on any other stream is done
+                backend.poison(problem)
+
+            timing = backend.timer(lambda stream: backend.launch(candidate, problem, stream), poison_before_replay)
             backend.synchronize()
             rows, expected = _reference(exercise, host, rng, sample=True)
             last = judge(backend.fetch(problem), rows, expected)  # the output of the last timed run
@@ -639,6 +679,11 @@ def run_child(plan: dict) -> dict:
                 checks.append(_check("builds", "integrity", False, _error_text(error),
                                      traceback=traceback.format_exc()[-2000:]))
             else:
+                if not plan.get("reference"):
+                    copied = same_as_reference(exercise, solution)
+                    checks.append(_check("own work (run time)", "integrity", not copied,
+                                         f"{', '.join(copied)}: the stage's own function, not yours" if copied
+                                         else "no hole is the stage's own function"))
                 checks += exercise_checks(exercise, solution)
                 checks += evaluate(exercise, candidate, plan["seeds"], mode=plan["mode"],
                                    threshold=plan.get("threshold"))
@@ -681,9 +726,14 @@ def _plain(value):
 def read_thresholds(path: Path = GRADING_FILE) -> dict[int, float | dict | None]:
     try:
         stages = json.loads(Path(path).read_text())["stages"]
-    except (OSError, ValueError, KeyError):
+        return {int(stage): entry.get("perf_threshold") if isinstance(entry, dict) else entry
+                for stage, entry in stages.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        if Path(path).exists():
+            raise ValueError(f"thresholds file {path}: expected {{\"stages\": {{\"NN\": {{\"perf_threshold\": "
+                             f"share or {{\"MxNxK\": share}}}}}}}} (tools/calibrate_grader.py writes it): "
+                             f"{_error_text(error)}") from error
         return {}
-    return {int(stage): entry.get("perf_threshold") for stage, entry in stages.items()}
 
 
 def _threshold(stage: int, exercise_threshold, thresholds_file) -> float | None:

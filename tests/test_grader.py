@@ -96,6 +96,20 @@ def kernel(a, sa, b, sb, d):
 
 def _kernel(a, sa, b, sb, d):''')
 
+# "skip on repeat calls with the same buffers": the first call on a D computes it (outside the timed replays, in
+# a real run: the warm-up call or the capture), the timed calls do nothing.
+LAZY_REPEAT = CORRECT.replace("def kernel(a, sa, b, sb, d):", '''_seen = set()
+
+
+def kernel(a, sa, b, sb, d):
+    if id(d) in _seen:
+        return
+    _seen.add(id(d))
+    _kernel(a, sa, b, sb, d)
+
+
+def _kernel(a, sa, b, sb, d):''')
+
 PARTIAL = CORRECT.replace("    d[...] = acc", "    d[: m // 2] = acc[: m // 2]  # the bottom half is left unwritten")
 
 VENDOR_AT = '''
@@ -324,9 +338,14 @@ class HostBackend:
 def _fake_timer(share_of_bound=None, us=None, nodes_per_call=1):
     shape = (64, 136, 256)
 
-    def timer(launch):
+    def timer(launch, before_replay=None):
+        launch(7)  # bench_kernel's first call, then the capture of 3 (flush; call) pairs
         for _ in range(3):
-            launch(7)  # the timed calls run, on the timing stream
+            launch(7)
+        if before_replay is not None:
+            before_replay()
+        for _ in range(3):
+            launch(7)  # the replays: the captured calls run again, on the timing stream
         seconds = (speed_of_light(1, *shape)["bound_us"] / share_of_bound * 1e-6) if us is None else us * 1e-6
         return Timing(seconds * 1e6, seconds * 1e6, [seconds * 1e6] * 3, 3, nodes_per_call=nodes_per_call)
     return timer
@@ -357,6 +376,13 @@ def test_work_off_the_timed_stream_is_caught(fake, tmp_path):
     _, (perf,) = _perf(fake, CORRECT, _fake_timer(share_of_bound=0.5, nodes_per_call=0), tmp_path)
     assert perf["graded"] and not perf["passed"] and perf["impossible"]
     assert perf["detail"].startswith("untimed work")
+
+
+def test_work_done_only_outside_the_replays_is_caught(fake, tmp_path):
+    """The output is poisoned after capture, before the first replay: D must be what the timed replays wrote."""
+    checks, (perf,) = _perf(fake, LAZY_REPEAT, _fake_timer(share_of_bound=0.5), tmp_path)
+    assert all(c["passed"] for c in checks if c["category"] == "correctness")  # each fresh D is computed once
+    assert not perf["passed"] and "timed output" in perf["detail"] and "never written" in perf["detail"], perf
 
 
 def test_an_untimed_exercise_reports_why(fake, tmp_path):
@@ -507,3 +533,44 @@ def test_thresholds_follow_the_rule_from_a_reference_report():
     report["checks"].append({"category": "correctness", "graded": True, "passed": False, "name": "correct x"})
     assert calibrate.threshold_from(report)[0] is None
     assert calibrate.threshold_from({"stage": 0, "checks": []})[0] is None
+
+
+@pytest.mark.parametrize("source", [
+    "from lessons.exercises import ex04_ldmatrix_swizzle as e\na_fragment_offset = e._stage(4).a_fragment_offset\n",
+    "from ptx.vocab import wgmma\ndescriptor_bits = wgmma.descriptor_bits\n",
+])
+def test_the_answer_read_off_a_module_is_caught_statically(source):
+    from lessons.exercises import exercise
+    stage = 5 if "wgmma" in source else 4
+    assert grade.copy_findings(source, exercise(stage)), source
+
+
+def test_an_honest_attribute_named_reference_is_not_a_copy():
+    from lessons.exercises import exercise
+    source = "class Plan:\n    def __init__(self):\n        self.reference = 0\n\n\ndef tile_coords(t, m, n, g):\n" \
+             "    return Plan().reference, t\n"
+    assert not grade.copy_findings(source, exercise(8))
+
+
+def test_the_answer_assembled_at_run_time_is_caught_by_identity(tmp_path):
+    """Statically clean (a name built from pieces), caught when the child compares the holes with the reference."""
+    solution = tmp_path / "ex07_sneaky.py"
+    solution.write_text("from lessons.exercises import exercise\n_answer = getattr(exercise(7), 'refer' + 'ence')()\n"
+                        "register_split = _answer.register_split\nproducer_warpgroup = _answer.producer_warpgroup\n")
+    report = grade.grade(7, solution, mode="cpu", seeds=1, secret="")
+    own = [c for c in report["checks"] if c["name"] == "own work (run time)"]
+    assert own and not own[0]["passed"] and "register_split" in own[0]["detail"], report["checks"]
+    assert report["score"]["points"] == 0
+
+
+def test_thresholds_files_per_shape_flat_and_malformed(tmp_path):
+    path = tmp_path / "thresholds.json"
+    path.write_text(json.dumps({"stages": {"04": 0.3, "08": {"perf_threshold": {"1000x2112x512": 0.16}}}}))
+    assert grade.read_thresholds(path) == {4: 0.3, 8: {"1000x2112x512": 0.16}}
+    assert grade.shape_threshold({"1000x2112x512": 0.16}, (1000, 2112, 512)) == 0.16
+    assert grade.shape_threshold({"1000x2112x512": 0.16}, (4096, 4096, 7168)) is None  # reported, not graded
+    assert grade.read_thresholds(tmp_path / "missing.json") == {}
+    path.write_text(json.dumps({"stages": {"four": 0.3}}))
+    with pytest.raises(ValueError, match="tools/calibrate_grader.py"):
+        grade.read_thresholds(path)
+    assert grade.read_thresholds(grade.GRADING_FILE)[8]["4096x4096x7168"] > 0  # the committed file reads

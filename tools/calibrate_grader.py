@@ -62,7 +62,7 @@ def threshold_from(report: dict) -> tuple[dict | None, dict]:
     failed = [c["name"] for c in report["checks"] if c["graded"] and not c["passed"]]
     device = report.get("device") or {}
     measured = {"report": str(report_path(report["stage"]).relative_to(ROOT)), "device": device.get("name"),
-                "sm_clock_mhz": device.get("sm_clock_mhz"), "date": report.get("date"),
+                "sm_clock_mhz_after_run": device.get("sm_clock_mhz"), "date": report.get("date"),
                 "pct_bound": shares, "rule": RULE_TEXT}
     if failed:
         return None, {**measured, "note": f"the stage's own code failed {', '.join(failed)}: no threshold"}

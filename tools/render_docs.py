@@ -222,9 +222,7 @@ def grading_block(grading: dict) -> str:
         measured = entry.get("measured") or {}
         threshold = entry.get("perf_threshold")
         shares = ", ".join(f"{pct:.1f}% at {shape}" for shape, pct in (measured.get("pct_bound") or {}).items())
-        where = ", ".join(str(x) for x in (measured.get("device"), measured.get("sm_clock_mhz") and
-                                           f"SM clock {measured['sm_clock_mhz']} MHz after the run", (measured.get("date") or "")[:10])
-                          if x)
+        where = ", ".join(str(x) for x in (measured.get("device"), (measured.get("date") or "")[:10]) if x)
         if isinstance(threshold, dict):
             threshold = ", ".join(f"{100 * share:.0f}% at {shape}" for shape, share in threshold.items())
         elif threshold is not None:
