@@ -33,6 +33,7 @@ class KernelBuilder:
         self.cluster = cluster
         self._decls: dict[str, str] = {}
         self._shared: list[str] = []
+        self.module_decls: list[str] = []  # module-scope variables (const tables), written before the .entry
         self._body: list[str] = []
         self._counter = itertools.count()
 
@@ -59,6 +60,18 @@ class KernelBuilder:
     def shared(self, name: str, nbytes: int, align: int = 128) -> str:
         """A static shared-memory array; returns its symbol (use with ``mov.u32 r, name;``)."""
         self._shared.append(f".shared .align {align} .b8 {name}[{nbytes}];")
+        return name
+
+    def const_table(self, name: str, values: list[int]) -> str:
+        """A module-scope ``.const .u32`` array initialised with ``values`` (PTX ISA 5.1.3 "Constant state space";
+        read with ``mov.u64 r, name;`` and ``ld.const.u32``: a warp-uniform index is one broadcast from the
+        constant cache); returns its symbol."""
+        body = ", ".join(str(int(v) & 0xFFFFFFFF) for v in values)
+        declaration = f".const .align 4 .u32 {name}[{len(values)}] = {{{body}}};"
+        if declaration not in self.module_decls:  # asked again for the same table (another role): one copy
+            if any(d.split("[")[0].endswith(f" {name}") for d in self.module_decls):
+                raise ValueError(f"const table {name} declared twice with different values")
+            self.module_decls.append(declaration)
         return name
 
     # -- body --------------------------------------------------------------------------------------
@@ -104,4 +117,5 @@ class KernelBuilder:
 def module(kernels: list[KernelBuilder], arch: str = "sm_90a", extra_globals: str = "") -> str:
     """A complete PTX module holding ``kernels``."""
     header = f".version {PTX_VERSION}\n.target {arch}\n.address_size 64\n"
-    return "\n".join([header, extra_globals, *(k.ptx() for k in kernels)])
+    return "\n".join([header, extra_globals, *(d for k in kernels for d in k.module_decls),
+                      *(k.ptx() for k in kernels)])

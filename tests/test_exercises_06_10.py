@@ -187,3 +187,27 @@ def test_09_too_few_arrivals_are_caught(rng):
         return
     assert np.isnan(d).any() or calc_diff(d, reference_gemm(*problem)) > 1e-3, \
         "a stage released one arrival early went unnoticed"
+
+
+def test_08_the_students_raster_is_one_uniform_constant_load_per_tile():
+    """The seam keeps the student's tile map as a .const table (ld.const, a uniform ULDC from bank 3 in SASS), not
+    a compare-and-select per tile of the grid: that chain cost 15% at 4096 x 4096 x 7168 on the H100."""
+    ex = exercise(8)
+    candidate = ex.build(ex.reference())
+    texts = [i.text for i in candidate.sass()]
+    assert any(t.startswith("ULDC") and "c[0x3]" in t for t in texts), "no uniform constant-bank load"
+    m, n, k = candidate.sass_shape
+    tiles = -(-m // 128) * -(-n // 128)
+    assert sum(t.split()[0].startswith("ISETP") for t in texts) < tiles, "a compare per tile is back"
+
+
+def test_const_tables_are_declared_once_and_emulated():
+    from ptx.builder import KernelBuilder, module
+    from ptx.emulate.common import Program
+    kb = KernelBuilder("k", [("u64", "out")])
+    assert kb.const_table("t", [1, 2, 3]) == kb.const_table("t", [1, 2, 3]) == "t"
+    with pytest.raises(ValueError, match="twice"):
+        kb.const_table("t", [4])
+    kb.emit("ret;")
+    program = Program(module([kb]), "k")
+    assert program.constants["t"].tolist() == [1, 2, 3]

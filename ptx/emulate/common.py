@@ -74,6 +74,20 @@ class Program:
                     self.code.append(_parse(statement, number))
         self.labels = {ins.label: i for i, ins in enumerate(self.code) if ins.label}
         self.lines = [ins.text for ins in self.code]
+        self.constants = _const_tables(ptx)
+
+
+def _const_tables(ptx: str) -> dict[str, np.ndarray]:
+    """Module-scope ``.const .align A .u32 name[N] = {v0, v1, ...};`` arrays, by name (what ``mov.u64 r, name``
+    addresses and ``ld.const`` reads; the runners place them in global memory, read-only by convention)."""
+    tables = {}
+    for name, count, values in re.findall(r"^\.const\s+(?:\.align\s+\d+\s+)?\.[us]32\s+(\w+)\[(\d+)\]\s*=\s*"
+                                          r"\{([^}]*)\}\s*;", ptx, re.MULTILINE):
+        data = np.array([int(v, 0) for v in values.split(",")], np.int64).astype(np.uint32)
+        if data.size != int(count):
+            raise EmulationError(f".const {name}[{count}] has {data.size} initial values")
+        tables[name] = data
+    return tables
 
 
 def _parse(statement: str, number: int) -> Instruction:

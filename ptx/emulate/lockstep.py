@@ -133,6 +133,8 @@ class CTA:
             self.write(ops[0], np.where(v(ops[3]).astype(bool), v(ops[1]), v(ops[2])), mask)
         elif name == "ld" and parts[1] == "param":
             self.write(ops[0], np.full(self.n, self.params[ops[1].strip("[]")], np.int64), mask)
+        elif name == "ld" and parts[1] == "const":  # module-scope .const tables (Program.constants) live in memory
+            self.memory_op(name, "global", parts[-1], [ops[0]], ops[1], mask)
         elif name in ("ld", "st") and parts[1] in ("global", "shared", "shared::cta"):
             vector = parts[-2] in ("v2", "v4")
             regs = _vector(ops[0 if name == "ld" else 1]) if vector else [ops[0 if name == "ld" else 1]]

@@ -182,6 +182,8 @@ def run_kernel(ptx: str, kernel: str, grid, threads: int, shared_bytes: int, arg
             params[param] = memory.add(name, value)
         else:
             params[param] = int(value)
+    for name, table in program.constants.items():
+        symbols[name] = memory.add(name, table.copy())
     rng = random.Random(seed) if seed is not None else None
     stats = RunStats()
     for y in range(nctaid[1]):
