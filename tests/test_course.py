@@ -26,6 +26,15 @@ def test_the_stages_own_code_passes_the_graders_checks(stage):
 
 
 @pytest.mark.parametrize("stage", sorted(EXERCISES))
+def test_the_skeleton_states_the_exercises_prompt(stage):
+    """The student's file carries the prompt the grader, the notebook and the guide use, word for word."""
+    import ast
+    exercise = EXERCISES[stage]
+    words = lambda text: " ".join(text.split())  # noqa: E731
+    assert words(exercise.prompt) in words(ast.get_docstring(ast.parse(exercise.skeleton.read_text())))
+
+
+@pytest.mark.parametrize("stage", sorted(EXERCISES))
 def test_the_skeleton_fails_the_grader(stage):
     exercise = EXERCISES[stage]
     report = grade(stage, exercise.skeleton, mode="cpu", seeds=1, secret="")

@@ -3,14 +3,21 @@
 Objective: derive which mbarrier phase parity a consumer and a producer wait for at any iteration of an S-stage
 TMA ring, and see a wrong one deadlock.
 
-Stage 06 keeps a ring of S shared-memory stages; K block i lives in one stage, guarded by a *full* mbarrier (the
-TMA bytes landed) and an *empty* mbarrier (every math warp released it). An mbarrier does not count uses: a
-waiter names the *parity* of the phase it waits for, and `mbarrier.try_wait.parity` returns once that phase has
-completed. A fresh barrier is in phase 0, and waiting for parity 1 ("the phase before") returns at once.
+Stage 06 keeps a ring of S shared-memory stages; K block i lives in one stage, guarded by a *full* mbarrier
+(the TMA bytes landed) and an *empty* mbarrier (every math warp released it). An mbarrier does not count
+uses: a waiter names the *parity* of the phase it waits for, and `mbarrier.try_wait.parity` returns once that
+phase has completed. A fresh barrier is in phase 0, and waiting for parity 1 ("the phase before") returns at
+once.
 
+Fill in, in your copy of lessons/exercises/skeletons/ex06_barrier_parity.py:
+  * pipeline_slot(iteration, stages) -> (stage, parity): the stage K block `iteration` uses and the parity of
+    the full-barrier phase the consumers wait for before reading it;
+  * producer_wait_parity(iteration, stages) -> parity: the parity of the empty-barrier phase the producer waits
+    for before loading K block `iteration` into its stage (the release of the K block that used the stage
+    before it).
 The generator seeds its loop counters from your functions and advances them itself (stage + 1, wrapping at S;
-parity flips on the wrap), so your functions must agree with that advance. Look at ptx/vocab/tma.py's docstring,
-its `mbarrier_wait_parity` helper, and lessons/06_tma_pipeline.py's main_loop.
+parity flips on the wrap), so your functions must agree with that advance. Look at ptx/vocab/tma.py's
+docstring and the `mbarrier_wait_parity` helper, and at lessons/06_tma_pipeline.py's main_loop.
 
 Grade it: ``python -m lessons grade 6 path/to/this_file.py``.
 """

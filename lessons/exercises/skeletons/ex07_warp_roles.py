@@ -4,13 +4,20 @@ Objective: split a CTA into a producer warpgroup and math warpgroups and divide 
 with setmaxnreg.
 
 Stage 07 gives the TMA producer a warpgroup of its own. One thread of it issues every copy, so it needs few
-registers; the math warpgroups hold a 64 x BLOCK_N FP32 accumulator per warpgroup (plus the promoted totals) and
-need many. `setmaxnreg` moves registers between warpgroups at run time: the producer gives some back
-(`setmaxnreg.dec`), the math warpgroups take them (`setmaxnreg.inc`). An SM has 65536 32-bit registers; a count
-must be a multiple of 8 in 24..256.
+registers; the math warpgroups hold a 64 x BLOCK_N FP32 accumulator per warpgroup (plus the promoted totals)
+and need many. `setmaxnreg` moves registers between warpgroups at run time: the producer gives some back
+(`setmaxnreg.dec`), the math warpgroups take them (`setmaxnreg.inc`). An SM has 65536 32-bit registers; a
+count must be a multiple of 8 in 24..256.
 
-The generator emits the role branch and both setmaxnreg instructions from your answers (gemm/kernel/generator.py
-warp_specialized_body, gemm/kernel/producer.py WarpgroupProducer).
+Fill in, in your copy of lessons/exercises/skeletons/ex07_warp_roles.py:
+  * register_split(math_warpgroups) -> (producer, math): the per-thread register counts of the producer
+    warpgroup and of each math warpgroup (128 threads each), with 128 * producer + 128 * math_warpgroups * math
+    <= 65536;
+  * producer_warpgroup(math_warpgroups) -> index: which warpgroup of the CTA (1 + math_warpgroups of them)
+    produces: the first (0) or the last (math_warpgroups). The math warpgroups must stay consecutive (a math
+    thread's index is then %tid.x, or %tid.x - 128).
+The generator emits the role branch and both setmaxnreg instructions from your answers
+(gemm/kernel/generator.py warp_specialized_body, gemm/kernel/producer.py WarpgroupProducer).
 
 Grade it: ``python -m lessons grade 7 path/to/this_file.py``.
 """

@@ -2,13 +2,16 @@
 
 Objective: map a persistent CTA's tile index to an output tile in a grouped (L2-friendly) raster order.
 
-Stage 08 is persistent: the grid is one CTA per SM, and CTA c computes tiles c, c + grid, c + 2*grid, ... Which
-(m block, n block) tile number t is decides which A rows and B columns the ~132 CTAs read at the same time, and so
-how often they hit L2. Row-major order (n fastest over all n blocks) streams all of B past every A row block. The
-stage uses a grouped raster: the n blocks are cut into groups of `raster_group` consecutive n blocks (the last
-group may be narrower); the tiles of group 0 come first, then those of group 1, ...; inside a group the tiles go
-m-block by m-block, with n varying fastest across the group's width. raster_group = 0 means plain row-major.
+Stage 08 is persistent: the grid is one CTA per SM, and CTA c computes tiles c, c + grid, c + 2*grid, ...
+Which (m block, n block) tile number t is decides which A rows and B columns the ~132 CTAs read at the same
+time, and so how often they hit L2. Row-major order (n fastest over all n blocks) streams all of B past every
+A row block. The stage uses a grouped raster: the n blocks are cut into groups of `raster_group` consecutive
+n blocks (the last group may be narrower); the tiles of group 0 come first, then those of group 1, ...; inside a
+group the tiles go m-block by m-block, with n varying fastest across the group's width. raster_group = 0 means
+plain row-major.
 
+Fill in, in your copy of lessons/exercises/skeletons/ex08_raster_order.py:
+  * tile_coords(tile, m_blocks, n_blocks, raster_group) -> (m_block, n_block), for 0 <= tile < m_blocks*n_blocks.
 The generator turns your function into the kernel's tile map (gemm/kernel/scheduler.py TileScheduler).
 
 Grade it: ``python -m lessons grade 8 path/to/this_file.py``.

@@ -3,12 +3,15 @@
 Objective: count who must release a shared-memory stage when a TMA multicast fills it in two CTAs at once.
 
 Stage 09 pairs CTAs into clusters of two that compute tiles with the same rows: rank 0 loads A once and
-multicasts it into both CTAs' shared memory. So a stage of one CTA is now read by the math warps of *both* CTAs,
-and the producer may refill it only when all of them are done: each math warp releases the stage in both CTAs
-(lanes 0 and 1 arrive, through `mapa` + `mbarrier.arrive.shared::cluster`, on CTA 0's and CTA 1's empty barrier);
-when the peer has no tile at that step, both lanes arrive on the warp's own CTA.
+multicasts it into both CTAs' shared memory. So a stage of one CTA is now read by the math warps of *both*
+CTAs, and the producer may refill it only when all of them are done: each math warp releases the stage in both
+CTAs (lanes 0 and 1 arrive, through `mapa` + `mbarrier.arrive.shared::cluster`, on CTA 0's and CTA 1's empty
+barrier); when the peer has no tile at that step, both lanes arrive on the warp's own CTA.
 
-The generator initialises the barriers with your count (gemm/kernel/generator.py setup; the releases in
+Fill in, in your copy of lessons/exercises/skeletons/ex09_cluster_barriers.py:
+  * empty_arrivals(multicast, math_warps) -> int: the arrival count of every stage's empty mbarrier, for
+    clusters of `multicast` CTAs (1: no cluster) whose CTAs have `math_warps` math warps each.
+The generator initialises the barriers with it (gemm/kernel/generator.py setup; releases in
 _Kernel.release, the drain in gemm/kernel/producer.py WarpgroupProducer).
 
 Grade it: ``python -m lessons grade 9 path/to/this_file.py``.

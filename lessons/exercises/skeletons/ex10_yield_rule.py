@@ -5,15 +5,18 @@ a real cubin safely.
 
 Stage 10 edits the assembled cubin. In a run of n >= 8 consecutive FFMAs (the promotion: total += scale *
 accumulator), some FFMAs get the *yield* bit, so the warp scheduler may switch to the other math warpgroup there
-and its WGMMAs overlap our FFMAs. A yielding warp cannot keep the operand reuse cache, so a flipped FFMA also loses
-its Rb-reuse bit. DeepGEMM's rule, which stage 10 uses:
+and its WGMMAs overlap our FFMAs. A yielding warp cannot keep the operand reuse cache, so a flipped FFMA also
+loses its Rb-reuse bit. DeepGEMM's rule, which stage 10 uses:
   * look only at the first floor(9 n / 16) FFMAs of the run, in order;
-  * an FFMA is flipped if it has the Rb-reuse bit and a register Rb, and either its Rb was not seen before in the
-    run, or the previous FFMA kept its reuse bit with the same Rb;
+  * an FFMA is flipped if it has the Rb-reuse bit and a register Rb, and either its Rb was not seen before in
+    the run, or the previous FFMA kept its reuse bit with the same Rb;
   * a flipped FFMA counts as "no reuse" for the next step; every FFMA's Rb counts as seen.
 
-The cubin pass (ptx/passes.py interleave_ffma) flips exactly the instructions you return; the grader checks them
-on the real cubin (assembled on the CPU), and on a GPU that D is unchanged.
+Fill in, in your copy of lessons/exercises/skeletons/ex10_yield_rule.py:
+  * select_flips(run) -> list: the FFMAs of `run` (a list of ptx.sass.Instruction, consecutive FFMAs of one
+    function) to flip, in order. Helpers: ptx.passes.reuse_b(ins.encoding), ptx.passes.second_source_register(
+    ins.text), ptx.passes.is_yield.
+The cubin pass (ptx/passes.py interleave_ffma) flips exactly the instructions you return.
 
 Grade it: ``python -m lessons grade 10 path/to/this_file.py``.
 """
