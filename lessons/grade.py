@@ -17,7 +17,8 @@ The checks, each ``{"name", "category", "graded", "passed", "detail", ...}``:
   printed and reproducible; secret ones are ``hash(FP8LADDER_GRADER_SECRET, public seed)``, derived in the parent
   (the secret never reaches the child's environment) and shown as "secret";
 * technique: the candidate's SASS has the exercise's required opcode prefixes and none of its forbidden ones; no
-  spills (``Candidate.resources()``, optional: ``{"registers", "spill_stores", "spill_loads"}``);
+  spills (``Candidate.resources()``, optional: a ``ptx.compile.Resources`` or ``{"registers", "spill_stores",
+  "spill_loads"}``);
 * performance (GPU only): :func:`gemm.testing.bench_kernel` on each GPU shape, TFLOP/s and the share of the stage's
   speed-of-light bound (:func:`lessons.ladder.speed_of_light`); a time that is <= 0 or implies more than 100% of
   the bound is an "impossible time" and fails; the last timed output is checked, then fresh inputs are generated,
@@ -30,6 +31,7 @@ The exit code is 0 only when every graded check passes.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -486,6 +488,8 @@ def technique_checks(exercise, candidate) -> list[dict]:
     if resources_fn is not None:
         try:
             resources = resources_fn() or {}
+            if dataclasses.is_dataclass(resources):  # ptx.compile.Resources, ptxas's report of the kernel
+                resources = dataclasses.asdict(resources)
         except Exception as error:  # noqa: BLE001
             checks.append(_check("no spills", "technique", False, f"resources() failed: {_error_text(error)}"))
         else:

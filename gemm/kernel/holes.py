@@ -117,12 +117,10 @@ class HoledKernel:
                 self._cubin = cubin(self.config_of(m, n, k), n, k)
         return self._cubin
 
-    def resources(self) -> dict:
+    def resources(self):
         """Registers and spills of the kernel at ``sass_shape`` (ptxas's report): a register split that starves the
         math warpgroups shows here as spills, even where the emulator (which has no register file) computes D."""
-        res = next(iter(self.cubin().resources.values()))
-        return {"registers": res.registers, "spill_stores": getattr(res, "spill_stores", 0) or 0,
-                "spill_loads": getattr(res, "spill_loads", 0) or 0}
+        return next(iter(self.cubin().resources.values()))
 
     def sass(self):
         """The SASS of the kernel at ``sass_shape`` (assembled on the CPU: ptxas and nvdisasm, no GPU)."""

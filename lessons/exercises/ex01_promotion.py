@@ -112,13 +112,11 @@ class NumbaCandidate:
         cubin = self.cubin()
         return None if cubin is None else disassemble(cubin)
 
-    def resources(self) -> dict | None:
+    def resources(self):
         cubin = self.cubin()
         if cubin is None:
             return None
-        res = next(iter(cubin.resources.values()))
-        return {"registers": res.registers, "spill_stores": getattr(res, "spill_stores", 0) or 0,
-                "spill_loads": getattr(res, "spill_loads", 0) or 0}
+        return next(iter(cubin.resources.values()))
 
 
 # ------------------------------------------------------------------------------------------- exercise 01

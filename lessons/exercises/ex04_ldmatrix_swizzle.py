@@ -50,10 +50,8 @@ class PtxCandidate:
         from ptx.sass import disassemble
         return disassemble(self.cubin())
 
-    def resources(self) -> dict:
-        res = next(iter(self.cubin().resources.values()))
-        return {"registers": res.registers, "spill_stores": getattr(res, "spill_stores", 0) or 0,
-                "spill_loads": getattr(res, "spill_loads", 0) or 0}
+    def resources(self):
+        return next(iter(self.cubin().resources.values()))
 
 
 HOLES = ("a_fragment_offset", "b_fragment_offset")

@@ -131,10 +131,8 @@ class Stage06Candidate:
         check_bookkeeping(self.solution)
         return disassemble(self.cubin(), lessons.stage(6).KERNEL)
 
-    def resources(self) -> dict:
-        res = next(iter(self.cubin().resources.values()))
-        return {"registers": res.registers, "spill_stores": getattr(res, "spill_stores", 0) or 0,
-                "spill_loads": getattr(res, "spill_loads", 0) or 0}
+    def resources(self):
+        return next(iter(self.cubin().resources.values()))
 
 
 def build(solution) -> Stage06Candidate:
