@@ -38,7 +38,8 @@ def _add_prebuild(commands) -> None:
     parser.add_argument("--model", choices=MODELS, help="a preset list of (N, K) (with --shapes: both)")
     parser.add_argument("--max-m", type=int, default=DEFAULT_MAX_M, help="largest M served (default %(default)s)")
     parser.add_argument("--sm-count", type=int, default=None,
-                        help="SMs the server uses (set_num_sms); default: device 0's, 132 (H100) without a GPU")
+                        help="SMs the server uses (set_num_sms); default: the current device's "
+                             "(CUDA_VISIBLE_DEVICES picks it), 132 (H100) without a GPU")
     parser.add_argument("--jobs", "-j", type=int, default=1, help="parallel compile processes (default 1)")
     parser.add_argument("--cache-dir", default=None, help="write here instead of $FP8LADDER_CACHE_DIR")
     parser.add_argument("--quiet", "-q", action="store_true", help="print only the summary")

@@ -15,7 +15,8 @@ Alignment rules (checked, with a clear error when broken):
   what ``per_token_cast_to_fp8(x)`` returns, is accepted too and converted on the device at every call (an
   extra copy kernel; a :class:`ScaleLayoutWarning` says so once per process), as DeepGEMM does. Numba and
   CuPy arrays are not converted: they must come M-major.
-* All arrays on one CUDA device.
+* All arrays on one CUDA device: the call runs there, whatever device is current (the launch makes that device's
+  context current and restores the caller's); a ``stream`` must belong to it.
 Kernels are generated and assembled per (config, N, K) at the first call (a fraction of a second), then cached
 in memory and on disk (``FP8LADDER_CACHE_DIR``). M is a kernel parameter: a new M launches the same kernel.
 """
@@ -32,6 +33,7 @@ from gemm.heuristics import choose_config, device_facts
 from gemm.kernel import launch as _launch
 from gemm.validate import BF16_DTYPES, F32, check_gemm_args
 from ptx.arrays import as_device_view
+from ptx.device import check_stream_object
 
 
 OUT_DTYPES = BF16_DTYPES + (F32,)
@@ -106,22 +108,25 @@ def _copy_c_into_d(args, stream) -> None:
             args.d.obj.copy_(args.c.obj)
     else:
         from ptx.runtime import copy_device_async
-        copy_device_async(args.d.ptr, args.c.ptr, args.m * args.n * 4, stream)
+        copy_device_async(args.d.ptr, args.c.ptr, args.m * args.n * 4, stream, device=args.device)
 
 
 def _run(a, sa, b, sb, d, stream, config, c=None, *, plan_key=None) -> None:
     # Only torch can convert a row-major sa on the device (with its allocator, on its stream); other arrays
     # must come M-major, and check_gemm_args says which helper makes that.
     args = check_gemm_args(a, sa, b, sb, d, c, accept_row_major_sa=_is_torch(sa), out_dtypes=OUT_DTYPES)
+    check_stream_object(stream, args.device)  # a torch stream of another device (int handles: at the launch)
     if args.sa_layout == "row_major":
         _warn_row_major_sa_once()
         converted = _sa_to_m_major_torch(args.sa.obj, stream)
         args = dataclasses.replace(args, sa=as_device_view(converted), sa_layout="m_major")
         plan_key = None  # the converted copy lives at a new address each call: nothing to reuse
     out_dtype = "f32" if args.d.dtype == F32 else "bf16"
+    facts = device_facts(args.device)
     if callable(config):
         config = config(args.m, args.n, args.k)
-    config = config or choose_config(args.m, args.n, args.k, out_dtype=out_dtype, accumulate=args.c is not None)
+    config = config or choose_config(args.m, args.n, args.k, facts, out_dtype=out_dtype,
+                                     accumulate=args.c is not None)
     if config.out_dtype != out_dtype or config.accumulate != (args.c is not None):
         raise ValueError(f"config {config.describe()} writes a {config.out_dtype} D"
                          f"{' += A*B' if config.accumulate else ''}, but d is {args.d.dtype} and c is "
@@ -130,9 +135,9 @@ def _run(a, sa, b, sb, d, stream, config, c=None, *, plan_key=None) -> None:
         _copy_c_into_d(args, stream)
     # ``converted`` (when made) stays referenced by ``args`` until the launch is enqueued.
     if plan_key is None:
-        _launch.launch(config, args, sm_count=device_facts().sm_count, stream=stream)
+        _launch.launch(config, args, sm_count=facts.sm_count, stream=stream)
         return
-    prepared = _launch.prepare(config, args, sm_count=device_facts().sm_count)
+    prepared = _launch.prepare(config, args, sm_count=facts.sm_count)
     if len(_PREPARED) >= MAX_PREPARED:
         _PREPARED.clear()
     _PREPARED[plan_key] = prepared
@@ -149,16 +154,17 @@ def gemm(a, sa, b, sb, d, stream=None, *, config=None) -> None:
 # -- the host hot path -------------------------------------------------------------------------------------
 # A serving loop calls fp8_gemm_nt with the same tensors (or same-shaped ones at recycled addresses) over and
 # over. Everything a call derives from its arguments (checks, config, tensor maps, packed kernel parameters) is a
-# function of the tensors' pointers, shapes, strides and dtypes, plus the SM limit; so the first call with a
-# given signature builds a ptx.runtime.PreparedLaunch and later ones only look it up and launch it on the current
-# stream (about 9 us in all on the H100: tools/host_profile.py). $FP8LADDER_FFMA_INTERLEAVE is read when a
+# function of the tensors' device, pointers, shapes, strides and dtypes, plus the SM limit; so the first call with a
+# given signature builds a ptx.runtime.PreparedLaunch (bound to that device) and later ones only look it up and
+# launch it on the device's current stream (about 9 us in all on the H100: tools/host_profile.py). $FP8LADDER_FFMA_INTERLEAVE is read when a
 # signature is first seen (reading the environment costs a microsecond a call); clear_prepared() forgets them.
 MAX_PREPARED = 4096
 _PREPARED: dict = {}
 
 
 def _torch_signature(a, sa, b, sb, out) -> tuple:
-    # Pointers are unique across devices (unified addressing), so only out's device is asked for (its stream).
+    # The device (out's, at index 24: its stream is asked for) is in the key. Pointers are unique across devices
+    # (unified addressing), so equal pointers mean every argument is where it was when the key was made.
     return (a.data_ptr(), a.shape, a.stride(), a.dtype, a.is_cuda, sa.data_ptr(), sa.shape, sa.stride(), sa.dtype,
             sa.is_cuda, b.data_ptr(), b.shape, b.stride(), b.dtype, b.is_cuda, sb.data_ptr(), sb.shape, sb.stride(),
             sb.dtype, sb.is_cuda, out.data_ptr(), out.shape, out.stride(), out.dtype, out.get_device(),
@@ -184,8 +190,9 @@ def fp8_gemm_nt(lhs, rhs, out, c=None, *, stream=None) -> None:
     a: (M, K) e4m3; sa: (M, K/128) float32, M-major (a row-major torch tensor is converted, with a one-time
     ScaleLayoutWarning); b: (N, K) e4m3; sb: (N/128, K/128) float32; out: (M, N) bf16 or float32. ``c``: an
     optional (M, N) float32 addend; out must then be float32 (``c=out`` adds into out in place, the fastest;
-    another c is first copied into out on the device). ``stream``: a CUDA stream handle (int) or stream object; by
-    default torch's current stream when ``out`` is a torch tensor, else the default stream. Asynchronous, like
+    another c is first copied into out on the device). The call runs on the device of its tensors (all on one),
+    whichever device is current. ``stream``: a CUDA stream handle (int) or stream object of that device; by default
+    torch's current stream on ``out``'s device when ``out`` is a torch tensor, else the default stream. Asynchronous, like
     any kernel launch. Under ``torch.compile`` the call becomes the custom op ``torch.ops.fp8_ladder.fp8_gemm_nt``.
     """
     (a, sa), (b, sb) = lhs, rhs

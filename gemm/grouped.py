@@ -47,6 +47,7 @@ from gemm.kernel.config import CONTIGUOUS_ALIGNMENT, KernelConfig
 from gemm.validate import (BF16_DTYPES, F32, FP8_DTYPES, POINTER_ALIGNMENT, SA_HELPERS, _check_devices, _view,
                            sa_layout)
 from ptx.arrays import DeviceView, as_device_view
+from ptx.device import check_stream_object
 
 I32 = np.dtype(np.int32)
 _BY_HELPER = {
@@ -85,6 +86,11 @@ class GroupedArgs:
     layout: DeviceView
     sa_stride: int
     sa_row_major: bool = False  # a torch sa to be converted before launching
+
+    @property
+    def device(self) -> int:
+        """The CUDA device the call runs on: its arguments' (all on one, checked)."""
+        return self.d.device_id
 
 
 # -- checks ------------------------------------------------------------------------------------------------
@@ -341,7 +347,8 @@ def _stream_for(out, stream):
 def _pick_config(args: GroupedArgs, config, heuristic_m: int) -> KernelConfig:
     if callable(config):
         config = config(heuristic_m, args.n, args.k)
-    config = config or choose_grouped_config(args.gemm_type, heuristic_m, args.n, args.k, args.groups)
+    config = config or choose_grouped_config(args.gemm_type, heuristic_m, args.n, args.k, args.groups,
+                                             device_facts(args.device))
     if config.gemm_type != args.gemm_type:
         raise ValueError(f"config {config.describe()} is for gemm_type={config.gemm_type!r}, this call is "
                          f"{args.gemm_type!r}")
@@ -350,9 +357,10 @@ def _pick_config(args: GroupedArgs, config, heuristic_m: int) -> KernelConfig:
 
 def _launch(args: GroupedArgs, config: KernelConfig, stream) -> None:
     from gemm.kernel.launch import launch_grouped
+    check_stream_object(stream, args.device)
     if args.sa_row_major:
         args = _convert_row_major_sa(args, stream)
-    launch_grouped(config, args, sm_count=device_facts().sm_count, stream=stream)
+    launch_grouped(config, args, sm_count=device_facts(args.device).sm_count, stream=stream)
 
 
 def m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices, *, check_indices: bool | None = None,

@@ -43,53 +43,70 @@ REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40
 
 @dataclass(frozen=True)
 class DeviceFacts:
+    """What the heuristics read off a device. Two GPUs of one model have equal facts, so they share every cached
+    config; the device ordinal is not a fact (it picks the context, not the kernel)."""
     sm_count: int
     shared_limit: int  # dynamic shared memory one block may opt in to
     name: str = "NVIDIA H100 80GB HBM3 (assumed: no GPU)"
+    l2_bytes: int = 50 << 20
 
 
 H100 = DeviceFacts(132, SHARED_LIMIT)
 
 
-_SM_LIMIT: int | None = None  # set_num_sms: use at most this many SMs (DeepGEMM's set_num_sms)
+# set_num_sms: at most this many SMs on every device (None: all). Process-wide, as DeepGEMM's is: a serving process
+# drives one GPU per rank with one communication kernel beside it, so one cap serves every device it uses.
+_SM_LIMIT: int | None = None
 
 
 def set_num_sms(count: int) -> None:
-    """Use at most ``count`` SMs from now on (e.g. to leave SMs to a concurrent communication kernel), as
-    DeepGEMM's ``set_num_sms``. The heuristics and the persistent grids follow it; 0 or None restores all."""
+    """Use at most ``count`` SMs from now on, on every device of this process (e.g. to leave SMs to a concurrent
+    communication kernel), as DeepGEMM's ``set_num_sms``. Checked against the current device's SM count; a
+    device with fewer SMs uses all of its own. The heuristics and the persistent grids follow it; 0 or None
+    restores all."""
     global _SM_LIMIT
-    available = _device_facts(0).sm_count
+    available = _device_facts(_current_device()).sm_count
     if count and not 1 <= int(count) <= available:
         raise ValueError(f"set_num_sms: count must be in 1..{available} (the device's SMs), got {count}")
     _SM_LIMIT = int(count) if count else None
 
 
-def get_num_sms() -> int:
-    """The SM count the heuristics and grids use (the device's, or what set_num_sms chose)."""
-    return device_facts().sm_count
+def get_num_sms(device: int | None = None) -> int:
+    """The SM count the heuristics and grids use on ``device`` (default: the current device): the device's own,
+    or what set_num_sms chose."""
+    return device_facts(device).sm_count
 
 
-def device_facts(device_id: int = 0) -> DeviceFacts:
-    """The device's facts, with the SM count limited by :func:`set_num_sms`."""
-    facts = _device_facts(device_id)
-    return dataclasses.replace(facts, sm_count=_SM_LIMIT) if _SM_LIMIT else facts
+def _current_device() -> int:
+    from ptx.device import current_device, has_gpu
+    return current_device() if has_gpu() else 0
+
+
+def device_facts(device: int | None = None) -> DeviceFacts:
+    """The facts of CUDA device ``device`` (default: the calling thread's current device; an H100 SXM without a
+    GPU), with the SM count capped by :func:`set_num_sms`."""
+    facts = _device_facts(_current_device() if device is None else device)
+    if _SM_LIMIT and _SM_LIMIT < facts.sm_count:
+        return dataclasses.replace(facts, sm_count=_SM_LIMIT)
+    return facts
 
 
 @functools.lru_cache(maxsize=None)
-def _device_facts(device_id: int = 0) -> DeviceFacts:
-    from ptx.device import has_gpu
+def _device_facts(device: int) -> DeviceFacts:
+    from ptx.device import check, check_ordinal, driver, has_gpu
     if not has_gpu():
         return H100
-    from cuda.bindings import driver
-    attr = driver.CUdevice_attribute
+    check_ordinal(device)
+    cuda = driver()
+    attr = cuda.CUdevice_attribute
 
     def read(which):
-        err, value = driver.cuDeviceGetAttribute(which, device_id)
-        return int(value)
+        return int(check(cuda.cuDeviceGetAttribute(which, device), f"cuDeviceGetAttribute({which})"))
     sms = read(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
     shared = read(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
-    err, name = driver.cuDeviceGetName(256, device_id)
-    return DeviceFacts(sms, min(shared, SHARED_LIMIT), name.split(b"\0")[0].decode())
+    l2 = read(attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+    name = check(cuda.cuDeviceGetName(256, device), "cuDeviceGetName")
+    return DeviceFacts(sms, min(shared, SHARED_LIMIT), name.split(b"\0")[0].decode(), l2)
 
 
 def wave_cost(block_m: int, block_n: int) -> int:
@@ -144,8 +161,8 @@ def raster_group(block_m: int, block_n: int, sms: int) -> int:
 
 def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None, *, out_dtype: str = "bf16",
                   accumulate: bool = False) -> KernelConfig:
-    """The production config for (M, N, K) on ``device`` (default: device 0 as set_num_sms limits it, or an H100
-    without a GPU), for a BF16 or FP32 (``out_dtype="f32"``) D, added into (``accumulate``: D = C + A*B) or
+    """The production config for (M, N, K) on ``device`` (the facts of the call's device; default: the current
+    device's as set_num_sms caps it, or an H100 without a GPU), for a BF16 or FP32 (``out_dtype="f32"``) D, added into (``accumulate``: D = C + A*B) or
     overwritten. ``FP8LADDER_PRINT_CONFIGS=1`` prints each choice once."""
     return _choose_config(m, n, k, device or device_facts(), post_passes(), out_dtype, accumulate)
 

@@ -70,9 +70,11 @@ class PrebuildReport:
                 f"  cache: {self.cache_dir}")
 
 
-def target_device(num_sms: int | None = None) -> DeviceFacts:
-    """The device the kernels are chosen for: device 0 (an H100 without a GPU), with ``num_sms`` SMs if given."""
-    facts = device_facts()
+def target_device(num_sms: int | None = None, device: int | None = None) -> DeviceFacts:
+    """The device the kernels are chosen for: CUDA device ``device`` (default: the current one; an H100 without a
+    GPU), with ``num_sms`` SMs if given. A cubin is per architecture, not per device: what is built here serves
+    every GPU of the model on any rank."""
+    facts = device_facts(device)
     if num_sms is None:
         return facts
     if int(num_sms) < 1:
@@ -152,7 +154,7 @@ def prebuild(shapes: Iterable[tuple[int, int]] | None = None, *, model: str | No
     """Compile every kernel that (N, K) ``shapes`` (and/or a named ``model``'s) need for M in 1..``max_m`` into
     the disk cache.
 
-    ``num_sms``: the SM count the server runs with (default: device 0's, 132 without a GPU); ``jobs``: worker
+    ``num_sms``: the SM count the server runs with (default: the current device's, 132 without a GPU); ``jobs``: worker
     processes (1: this process); ``cache_dir``: where to write (default ``$FP8LADDER_CACHE_DIR``);
     ``progress(kernel, compiled)`` is called as each kernel is done.
     """

@@ -71,33 +71,46 @@ def _check(result):
     return values[0] if len(values) == 1 else tuple(values)
 
 
-def _ensure_primary_context() -> None:
-    """Make device 0's primary context current: the one Numba, torch and cuda.core all use."""
+def _current_device() -> int:
+    """The device of the current context; with none current, device 0's primary context is made current (the one
+    Numba, torch and cuda.core all use) and 0 returned."""
     driver = _driver()
     _check(driver.cuInit(0))
     if int(_check(driver.cuCtxGetCurrent())) == 0:
-        device = _check(driver.cuDeviceGet(0))
-        _check(driver.cuCtxSetCurrent(_check(driver.cuDevicePrimaryCtxRetain(device))))
+        _check(driver.cuCtxSetCurrent(_check(driver.cuDevicePrimaryCtxRetain(_check(driver.cuDeviceGet(0))))))
+        return 0
+    return int(_check(driver.cuCtxGetDevice()))
 
 
-_timing_stream = None
-_flush_buffers: dict[int, int] = {}
+def _ensure_primary_context(device: int | None = None) -> int:
+    """Make ``device``'s primary context current (default: keep the current one, or device 0's if none); returns
+    the device. A benchmark is one device's: the timer's stream, events and graphs all live in its context."""
+    current = _current_device()
+    if device is None or device == current:
+        return current
+    driver = _driver()
+    _check(driver.cuCtxSetCurrent(_check(driver.cuDevicePrimaryCtxRetain(_check(driver.cuDeviceGet(device))))))
+    return device
 
 
-def timing_stream() -> int:
-    """One non-blocking stream reused by every measurement (torch caches a cuBLAS workspace per stream)."""
-    global _timing_stream
-    if _timing_stream is None:
-        _ensure_primary_context()
+_timing_streams: dict[int, int] = {}  # device -> its timing stream
+_flush_buffers: dict[tuple[int, int], int] = {}  # (device, bytes) -> a buffer the flush writes
+
+
+def timing_stream(device: int | None = None) -> int:
+    """One non-blocking stream per device reused by every measurement (torch caches a cuBLAS workspace per
+    stream); makes that device's context current (default: the current device)."""
+    device = _ensure_primary_context(device)
+    if device not in _timing_streams:
         driver = _driver()
-        _timing_stream = _check(driver.cuStreamCreate(int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)))
-    return int(_timing_stream)
+        _timing_streams[device] = int(_check(driver.cuStreamCreate(int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING))))
+    return _timing_streams[device]
 
 
-def _flush_buffer(flush_bytes: int) -> int:
-    if flush_bytes not in _flush_buffers:
-        _flush_buffers[flush_bytes] = int(_check(_driver().cuMemAlloc(flush_bytes)))
-    return _flush_buffers[flush_bytes]
+def _flush_buffer(flush_bytes: int, device: int = 0) -> int:
+    if (device, flush_bytes) not in _flush_buffers:
+        _flush_buffers[device, flush_bytes] = int(_check(_driver().cuMemAlloc(flush_bytes)))
+    return _flush_buffers[device, flush_bytes]
 
 
 def _enqueue_flush(buffer: int, flush_bytes: int, stream: int) -> None:
@@ -156,14 +169,14 @@ def choose_pairs(call_seconds: float, flush_seconds: float) -> int:
 
 
 def bench_kernel(launch: Callable[[int], None], *, flush_bytes: int = FLUSH_BYTES, pairs: int | None = None,
-                 reps: int = 5, before_replay: Callable[[], None] | None = None) -> Timing:
+                 reps: int = 5, before_replay: Callable[[], None] | None = None, device: int | None = None) -> Timing:
     """Kernel time of ``launch(stream_handle)`` (see the module docstring); median and min over ``reps``.
 
     ``before_replay()`` runs once, after both graphs are captured and before the first replay: a grader poisons the
     output there, so what it reads afterwards was written by the replays themselves, not by a call outside them."""
     driver = _driver()
-    stream = timing_stream()
-    buffer = _flush_buffer(flush_bytes)
+    stream = timing_stream(device)  # ``device``'s (default: the current one's); its context is current from here
+    buffer = _flush_buffer(flush_bytes, _current_device())
 
     launch(stream)  # compilation, first-touch allocations and caches happen here, never inside the capture
     _check(driver.cuStreamSynchronize(stream))
@@ -215,11 +228,12 @@ def _package_versions() -> dict[str, str | None]:
     return versions
 
 
-def _nvidia_smi_clocks() -> dict | None:
+def _nvidia_smi_clocks(gpu: str = "0") -> dict | None:
+    """``gpu``: what nvidia-smi's -i takes; a PCI bus id names the same GPU whatever CUDA_VISIBLE_DEVICES says."""
     fields = ["clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem", "power.limit", "driver_version"]
     try:
         text = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", "0"],
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", gpu],
             capture_output=True, text=True, timeout=20, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
@@ -240,16 +254,18 @@ def _number(text: str):
         return text
 
 
-def _gpu_facts() -> dict:
+def _gpu_facts(ordinal: int | None = None) -> dict:
+    """The facts of device ``ordinal`` (default: the current device, the one a benchmark ran on)."""
     driver = _driver()
-    _ensure_primary_context()
-    device = _check(driver.cuDeviceGet(0))
+    ordinal = _ensure_primary_context(ordinal)
+    device = _check(driver.cuDeviceGet(ordinal))
     attr = driver.CUdevice_attribute
 
     def attribute(name):
         return int(_check(driver.cuDeviceGetAttribute(getattr(attr, name), device)))
 
     facts = {
+        "ordinal": ordinal,
         "name": _check(driver.cuDeviceGetName(256, device)).split(b"\0")[0].decode(),
         "compute_capability": f"{attribute('CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR')}."
                               f"{attribute('CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR')}",
@@ -258,7 +274,9 @@ def _gpu_facts() -> dict:
         "memory_bytes": int(_check(driver.cuDeviceTotalMem(device))),
         "driver_cuda_version": _cuda_version_string(int(_check(driver.cuDriverGetVersion()))),
     }
-    clocks = _nvidia_smi_clocks()
+    err, bus_id = driver.cuDeviceGetPCIBusId(32, device)
+    bus_id = bus_id.split(b"\0")[0].decode() if err == driver.CUresult.CUDA_SUCCESS and bus_id else str(ordinal)
+    clocks = _nvidia_smi_clocks(bus_id)
     if clocks is None:  # no nvidia-smi: the driver knows only the maximum clocks
         clocks = {"sm_clock_max_mhz": attribute("CU_DEVICE_ATTRIBUTE_CLOCK_RATE") // 1000,
                   "mem_clock_max_mhz": attribute("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE") // 1000,

@@ -7,8 +7,8 @@ also be called directly::
 
 It mutates ``out`` and returns nothing (as vLLM's DeepGEMM op does). ``c`` is None or an FP32 (M, N) addend that
 is not ``out``; ``in_place=True`` adds into ``out`` itself (D += A*B), which a custom op cannot express by
-passing ``out`` twice. The fake implementation only checks shapes and dtypes: nothing is allocated, ``out``
-already exists. Importing this module registers the op (``import gemm`` does it when torch is already imported).
+passing ``out`` twice. The fake implementation only checks devices, shapes and dtypes: nothing is allocated,
+``out`` already exists. The real one runs on the tensors' device (``gemm.fp8_gemm_nt``), under any current device. Importing this module registers the op (``import gemm`` does it when torch is already imported).
 """
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ def fp8_gemm_nt(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Te
 def _(a, sa, b, sb, out, c=None, in_place=False) -> None:
     m, k = a.shape
     n = b.shape[0]
+    named = {"a": a, "sa": sa, "b": b, "sb": sb, "out": out, **({"c": c} if c is not None else {})}
+    torch._check(len({t.device for t in named.values()}) == 1, lambda: "all arguments must be on one CUDA device "
+                 "(the call runs on its tensors' device), got " + ", ".join(f"{name} on {t.device}"
+                                                                         for name, t in named.items()))
     torch._check(b.shape[1] == k, lambda: f"b must be (N, K) with the K of a ({k}), got {tuple(b.shape)}")
     torch._check(tuple(out.shape) == (m, n), lambda: f"out must be (M, N) = {(m, n)}, got {tuple(out.shape)}")
     torch._check(tuple(sa.shape) == (m, ceil_div(k, 128)), lambda: f"sa must be (M, K/128), got {tuple(sa.shape)}")

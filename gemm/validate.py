@@ -17,6 +17,7 @@ import numpy as np
 
 from gemm.fp8 import BF16, E4M3, GROUP, align, ceil_div
 from ptx.arrays import DeviceView, as_device_view
+from ptx.device import DeviceMismatchError
 
 FP8_DTYPES = (E4M3, np.dtype(np.uint8))  # raw e4m3 bytes are accepted as uint8
 BF16_DTYPES = (BF16, np.dtype(np.uint16))  # raw bf16 bits are accepted as uint16
@@ -57,6 +58,11 @@ class GemmArgs:
         if self.sa_layout != "m_major":
             raise ValueError("sa is row-major: convert it to the M-major layout before launching")
         return self.sa.strides[1] if self.sa.shape[1] > 1 else align(self.m, 4)
+
+    @property
+    def device(self) -> int:
+        """The CUDA device the call runs on: its arguments' (all on one, checked)."""
+        return self.d.device_id
 
 
 def sa_layout(view: DeviceView, m: int, kb: int) -> str | None:
@@ -99,7 +105,11 @@ def _check_devices(views: dict[str, DeviceView]) -> None:
     devices = {name: view.device_id for name, view in views.items()}
     if len(set(devices.values())) > 1:
         where = ", ".join(f"{name} on cuda:{device}" for name, device in devices.items())
-        raise ValueError(f"all arguments must be on one CUDA device, got {where}")
+        target = devices.get("d", devices.get("out"))
+        raise DeviceMismatchError(
+            f"all arguments must be on one CUDA device (the call runs on its tensors' device), got {where}; move "
+            f"them to one device first (torch: x.to(\"cuda:{target}\"); the weights of each rank belong on that "
+            f"rank's GPU)")
 
 
 def _check_dtype(name: str, view: DeviceView, allowed, meaning: str) -> None:

@@ -89,12 +89,8 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _device_of_pointer(ptr: int) -> int:
-    if ptr == 0:
-        return 0
-    from cuda.bindings import driver
-    err, ordinal = driver.cuPointerGetAttribute(
-        driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
-    return int(ordinal) if err == driver.CUresult.CUDA_SUCCESS else -1
+    from ptx.device import device_of_pointer
+    return device_of_pointer(ptr)
 
 
 def as_device_view(obj) -> DeviceView:

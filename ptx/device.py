@@ -1,8 +1,58 @@
-"""Is there a GPU, and what is it: used by tests (skip markers), the ladder (result files) and the CLI."""
+"""Which GPU, and its context: device discovery, per-device primary contexts, the device of a pointer or stream.
+
+Every device has one *primary context* (the one torch, Numba and cuda.core also use); a launch, a module load or a
+copy runs in the context current on the calling thread. A serving process keeps every GPU visible and calls
+``torch.cuda.set_device(rank)``, so the context current when a call arrives is not necessarily the one of the
+call's tensors. :func:`activated` makes a device's primary context current for a block and restores the caller's
+(push/pop: nothing changes when it is already current), per thread, as CUDA's contexts are.
+
+Nothing here holds "the" device: the device of a call is the device of its arguments, read by
+:mod:`ptx.arrays` (torch device, DLPack device, the pointer attribute of ``__cuda_array_interface__``).
+:func:`current_device` (the device of the thread's current context, else 0, CUDA's default) is only for calls
+that have no argument to ask (``gemm.get_num_sms()``, ``prebuild`` on a GPU machine).
+
+All driver calls go through :func:`driver`, so CPU tests can replace the driver with a fake that has several
+devices (tests/test_multi_device.py).
+"""
 from __future__ import annotations
 
 import functools
 import os
+import threading
+from contextlib import contextmanager
+
+_DRIVER = None  # cuda.bindings.driver, imported on first use; tests put a fake here
+_contexts: dict[int, object] = {}  # device ordinal -> its retained primary CUcontext
+_contexts_lock = threading.Lock()  # held only while a device's context is first retained
+
+# Stream handles that name "the current context's default stream" (cuda.h): they belong to every device.
+CU_STREAM_LEGACY, CU_STREAM_PER_THREAD = 0x1, 0x2
+
+
+class DeviceMismatchError(ValueError):
+    """A call's arguments, or its stream, are not all on one device."""
+
+
+def driver():
+    """The CUDA driver bindings (``cuda.bindings.driver``), or the fake a test installed."""
+    global _DRIVER
+    if _DRIVER is None:
+        from cuda.bindings import driver as bindings
+        _DRIVER = bindings
+    return _DRIVER
+
+
+def check(result, what: str):
+    """cuda.bindings returns (err, *values): raise RuntimeError naming ``what`` on error; else the value(s)."""
+    cuda = driver()
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != cuda.CUresult.CUDA_SUCCESS:
+        _, message = cuda.cuGetErrorString(err)
+        text = message.decode() if isinstance(message, bytes) else message
+        raise RuntimeError(f"{what} failed: {getattr(err, 'name', err)} ({text})")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
 
 
 @functools.lru_cache(maxsize=None)
@@ -11,26 +61,175 @@ def has_gpu() -> bool:
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         return False
     try:
-        from cuda.bindings import driver
+        cuda = driver()
     except Exception:
         return False
     try:
-        (err,) = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
+        (err,) = cuda.cuInit(0)
+        if err != cuda.CUresult.CUDA_SUCCESS:
             return False
-        err, count = driver.cuDeviceGetCount()
-        return err == driver.CUresult.CUDA_SUCCESS and count > 0
+        err, count = cuda.cuDeviceGetCount()
+        return err == cuda.CUresult.CUDA_SUCCESS and count > 0
     except Exception:
         return False
 
 
-@functools.lru_cache(maxsize=None)
-def is_hopper() -> bool:
-    """True when device 0 has compute capability 9.0 (sm_90a code runs only there)."""
+def device_count() -> int:
+    """Visible CUDA devices (0 without a driver or under the simulator)."""
     if not has_gpu():
+        return 0
+    return int(check(driver().cuDeviceGetCount(), "cuDeviceGetCount"))
+
+
+def compute_capability(device: int) -> tuple[int, int]:
+    cuda = driver()
+    attr = cuda.CUdevice_attribute
+    major = check(cuda.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device), "major")
+    minor = check(cuda.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device), "minor")
+    return int(major), int(minor)
+
+
+@functools.lru_cache(maxsize=None)
+def is_hopper(device: int = 0) -> bool:
+    """True when device ``device`` has compute capability 9.0 (sm_90a code runs only there). Tests ask about the
+    device they run on (0 unless told otherwise); library code asks about the device of a call's tensors."""
+    if not has_gpu() or device >= device_count():
         return False
-    from cuda.bindings import driver
-    attr = driver.CUdevice_attribute
-    _, major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0)
-    _, minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0)
-    return (major, minor) == (9, 0)
+    return compute_capability(device) == (9, 0)
+
+
+def check_ordinal(device: int) -> int:
+    """``device`` as an int, or a ValueError that says how many devices there are."""
+    count = device_count()
+    if not isinstance(device, int) or isinstance(device, bool) or not 0 <= device < max(count, 1):
+        raise ValueError(f"device must be a CUDA device ordinal in 0..{max(count, 1) - 1} ({count} visible), got "
+                         f"{device!r}")
+    return device
+
+
+def primary_context(device: int):
+    """Device ``device``'s primary context (retained once per process, never released: it lives as long as
+    torch's and Numba's own use of it)."""
+    context = _contexts.get(device)
+    if context is not None:
+        return context
+    with _contexts_lock:
+        context = _contexts.get(device)
+        if context is None:
+            cuda = driver()
+            check(cuda.cuInit(0), "cuInit")
+            check_ordinal(device)
+            handle = check(cuda.cuDeviceGet(device), f"cuDeviceGet({device})")
+            context = check(cuda.cuDevicePrimaryCtxRetain(handle), f"retaining cuda:{device}'s primary context")
+            _contexts[device] = context
+    return context
+
+
+def current_device() -> int:
+    """The device of the calling thread's current context; 0 when none is current (CUDA's default device)."""
+    cuda = driver()
+    check(cuda.cuInit(0), "cuInit")
+    if int(check(cuda.cuCtxGetCurrent(), "cuCtxGetCurrent")) == 0:
+        return 0
+    return int(check(cuda.cuCtxGetDevice(), "cuCtxGetDevice"))
+
+
+@contextmanager
+def activated(device: int):
+    """Run the block with ``device``'s primary context current on this thread, then restore the caller's."""
+    cuda = driver()
+    context = primary_context(device)
+    if int(check(cuda.cuCtxGetCurrent(), "cuCtxGetCurrent")) == int(context):
+        yield context
+        return
+    check(cuda.cuCtxPushCurrent(context), f"making cuda:{device}'s context current")
+    try:
+        yield context
+    finally:
+        check(cuda.cuCtxPopCurrent(), "restoring the caller's context")
+
+
+def ensure_context(device: int | None = None) -> int:
+    """Make ``device``'s (default: the current device's) primary context current on this thread and leave it so,
+    for scripts that then call the driver themselves; returns the ordinal. Library calls use :func:`activated`."""
+    device = current_device() if device is None else device
+    check(driver().cuCtxSetCurrent(primary_context(device)), f"making cuda:{device}'s context current")
+    return device
+
+
+def device_of_pointer(ptr: int) -> int:
+    """The ordinal of the device whose memory ``ptr`` points into; -1 for host memory or an unknown pointer.
+    Pinned host memory, which the GPU could reach over PCIe at a fraction of the speed, counts as host memory."""
+    if not ptr:
+        return -1
+    cuda = driver()
+    attributes = cuda.CUpointer_attribute
+    err, kind = cuda.cuPointerGetAttribute(attributes.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr)
+    if err != cuda.CUresult.CUDA_SUCCESS or int(kind) == int(cuda.CUmemorytype.CU_MEMORYTYPE_HOST):
+        return -1
+    err, ordinal = cuda.cuPointerGetAttribute(attributes.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+    return int(ordinal) if err == cuda.CUresult.CUDA_SUCCESS else -1
+
+
+def stream_device(handle: int) -> int | None:
+    """The device a stream belongs to; None for the handles that mean "the current context's default stream"
+    (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), which belong to whatever device is current, and for a stream
+    that is capturing a CUDA graph: the driver refuses to be asked then, and the refusal would invalidate the
+    capture (a stream of another device still fails, at the launch, with the error :func:`launch_error` words)."""
+    if handle in (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD):
+        return None
+    cuda = driver()
+    stream = cuda.CUstream(handle)
+    status = check(cuda.cuStreamIsCapturing(stream), "cuStreamIsCapturing")
+    if int(status) != int(cuda.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE):
+        return None
+    if hasattr(cuda, "cuStreamGetDevice"):  # CUDA 12.8+
+        return int(check(cuda.cuStreamGetDevice(stream), "cuStreamGetDevice"))
+    context = int(check(cuda.cuStreamGetCtx(stream), "cuStreamGetCtx"))
+    for device in range(device_count()):
+        if int(primary_context(device)) == context:
+            return device
+    raise DeviceMismatchError(f"stream {handle:#x} belongs to a context that is no device's primary context")
+
+
+def _stream_mismatch(owner: str, device: int) -> str:
+    return (f"stream: the stream belongs to {owner}, but the arguments are on cuda:{device}; pass a stream of "
+            f"cuda:{device} (torch.cuda.current_stream({device}), or a stream created under "
+            f"torch.cuda.device({device})), or stream=None for torch's current stream on cuda:{device}")
+
+
+def check_stream_device(handle: int, device: int) -> None:
+    """A clear error when stream ``handle`` is another device's than the call's (its arguments')."""
+    owner = stream_device(handle)
+    if owner is not None and owner != device:
+        raise DeviceMismatchError(_stream_mismatch(f"cuda:{owner}", device))
+
+
+def check_stream_object(stream, device: int) -> None:
+    """The same check for a stream object that knows its device (torch's ``.device``): no driver call, so it holds
+    during graph capture too."""
+    owner = getattr(stream, "device", None)
+    index = getattr(owner, "index", None)
+    if getattr(owner, "type", None) == "cuda" and index is not None and index != device:
+        raise DeviceMismatchError(_stream_mismatch(f"cuda:{index}", device))
+
+
+def launch_error(what: str, device: int, result) -> RuntimeError:
+    """The error of a failed launch, with the likely cause where the driver's code points at a stream or context
+    of another device (the case :func:`stream_device` cannot ask about while a graph is being captured)."""
+    cuda = driver()
+    try:
+        check(result, what)
+    except RuntimeError as error:
+        codes = {cuda.CUresult.CUDA_ERROR_INVALID_HANDLE, cuda.CUresult.CUDA_ERROR_INVALID_CONTEXT,
+                 cuda.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED}
+        if result[0] in codes:
+            return DeviceMismatchError(f"{error}: is the stream one of cuda:{device}'s, where the arguments are?")
+        return error
+    return RuntimeError(f"{what} failed")
+
+
+__all__ = ["has_gpu", "is_hopper", "device_count", "compute_capability", "primary_context", "current_device",
+           "activated", "ensure_context", "device_of_pointer", "stream_device", "check_stream_device",
+           "check_stream_object", "launch_error",
+           "check_ordinal", "DeviceMismatchError", "driver", "check"]

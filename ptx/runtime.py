@@ -7,8 +7,13 @@ inside CUDA-graph stream capture. Each argument is packed by the PTX type of its
 kernel's ``.entry`` signature in the PTX, so a Python int for a ``.u32`` parameter is packed as 4 bytes.
 
 Grid is counted in blocks (as in CUDA C's ``<<<grid, block>>>``), also with a cluster: it must then be a
-multiple of the cluster shape. Nothing here touches the GPU at import time; the context is made current
-on the first launch (device 0's primary context, the one Numba and torch also use).
+multiple of the cluster shape. Nothing here touches the GPU at import time.
+
+Devices: a cubin is loaded once per process as a context-independent library (``cuLibraryLoadData``), and each
+device gets its own function handle (and raised shared-memory limit) the first time a launch there needs it. Every
+launch names its device (``device=``; default: the calling thread's current device) and runs with that device's
+primary context current, restoring the caller's afterwards (:func:`ptx.device.activated`); a stream of another
+device is a :class:`ptx.device.DeviceMismatchError`, not a driver fault.
 """
 from __future__ import annotations
 
@@ -18,34 +23,16 @@ import threading
 
 import numpy as np
 
+from ptx import device as devices
 from ptx.compile import Cubin
+from ptx.device import activated, check_stream_device, current_device, ensure_context  # noqa: F401 (re-exported)
 from ptx.tma import TENSOR_MAP_BYTES, TensorMap
 
 DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic smem above this needs the kernel attribute raised first
 
-_lock = threading.Lock()
-_device = None
-
-
-def ensure_context(device_id: int = 0):
-    """Make device ``device_id``'s primary context current (once per thread); returns the cuda.core Device."""
-    global _device
-    from cuda.core import Device
-    with _lock:
-        if _device is None:
-            _device = Device(device_id)
-        _device.set_current()
-    return _device
-
 
 def _check(result, what: str):
-    from cuda.bindings import driver
-    err, *rest = result if isinstance(result, tuple) else (result,)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        _, message = driver.cuGetErrorString(err)
-        text = message.decode() if isinstance(message, bytes) else message
-        raise RuntimeError(f"{what} failed: {err.name} ({text})")
-    return rest[0] if len(rest) == 1 else rest
+    return devices.check(result, what)
 
 
 # -- parameters --------------------------------------------------------------------------------------
@@ -193,7 +180,7 @@ def _dims(value, what: str) -> tuple[int, int, int]:
 
 def launch_config(grid, block, *, shared_bytes: int = 0, cluster=None, stream=None):
     """The driver's CUlaunchConfig: grid in blocks, block in threads, dynamic smem, cluster attribute, stream."""
-    from cuda.bindings import driver
+    driver = devices.driver()
     grid, block = _dims(grid, "grid"), _dims(block, "block")
     config = driver.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = grid
@@ -215,8 +202,8 @@ def launch_config(grid, block, *, shared_bytes: int = 0, cluster=None, stream=No
 # -- kernels -----------------------------------------------------------------------------------------
 def _load(image: bytes, name: str):
     """(CUkernel, the object keeping its library loaded): through cuda.core; the driver's cuLibrary* calls
-    if that fails."""
-    from cuda.bindings import driver
+    if that fails. Both load a context-independent library: no device is chosen here."""
+    driver = devices.driver()
     try:
         from cuda.core import ObjectCode
         code = ObjectCode.from_cubin(image)
@@ -233,7 +220,7 @@ def _load(image: bytes, name: str):
 
 
 class Kernel:
-    """One kernel of a loaded cubin. Launch with :meth:`launch`."""
+    """One kernel of a loaded cubin, launchable on any device. Launch with :meth:`launch`."""
 
     def __init__(self, cubin: Cubin, name: str):
         self.name = name
@@ -241,115 +228,145 @@ class Kernel:
         self.params = parse_params(cubin.ptx, name) if cubin.ptx else None
         self._packer = ArgumentPacker(self.params) if self.params and all(
             length or kind in _CTYPES for kind, length in self.params) else None
-        ensure_context()
+        devices.check(devices.driver().cuInit(0), "cuInit")
         self._kernel_handle, self._owner = _load(cubin.image, name)
-        self._function = None
-        self._shared_limit = DEFAULT_SHARED_LIMIT
-        self._configs: dict = {}  # CUlaunchConfig by (grid, block, smem, cluster, stream): built once, reused
+        self._functions: dict[int, object] = {}  # device -> CUfunction in its primary context
+        self._shared_limits: dict[int, int] = {}  # device -> dynamic shared memory the function is allowed
+        self._configs: dict = {}  # CUlaunchConfig by (device, grid, block, smem, cluster, stream): built once
 
-    def _function_handle(self):
-        from cuda.bindings import driver
-        if self._function is None:
-            ensure_context()
-            self._function = _check(driver.cuKernelGetFunction(self._kernel_handle), "cuKernelGetFunction")
-        return self._function
+    def function(self, device: int, shared_bytes: int = 0):
+        """This kernel's function handle on ``device`` (loaded into that device's context on first use), allowed
+        ``shared_bytes`` of dynamic shared memory. Call with ``device``'s context current."""
+        driver = devices.driver()
+        function = self._functions.get(device)
+        if function is None:  # two threads may both get here: the driver returns the same handle to both
+            function = _check(driver.cuKernelGetFunction(self._kernel_handle), f"loading {self.name} on cuda:{device}")
+            self._functions[device] = function
+        if shared_bytes > self._shared_limits.get(device, DEFAULT_SHARED_LIMIT):
+            attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(driver.cuFuncSetAttribute(function, attribute, shared_bytes),
+                   f"raising {self.name}'s dynamic shared memory to {shared_bytes} bytes on cuda:{device}")
+            self._shared_limits[device] = shared_bytes
+        return function
 
-    def _allow_shared(self, function, shared_bytes: int) -> None:
-        from cuda.bindings import driver
-        if shared_bytes <= self._shared_limit:
-            return
-        attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _check(driver.cuFuncSetAttribute(function, attribute, shared_bytes),
-               f"raising {self.name}'s dynamic shared memory to {shared_bytes} bytes")
-        self._shared_limit = shared_bytes
-
-    def launch(self, grid, block, args, *, shared_bytes: int = 0, cluster=None, stream=None) -> None:
-        from cuda.bindings import driver
-        key = (_hashable(grid), _hashable(block), int(shared_bytes), _hashable(cluster), stream_handle(stream))
+    def launch(self, grid, block, args, *, shared_bytes: int = 0, cluster=None, stream=None,
+               device: int | None = None) -> None:
+        """Launch on ``device`` (default: the calling thread's current device), on ``stream`` (of that device)."""
+        driver = devices.driver()
+        device = current_device() if device is None else device
+        handle = stream_handle(stream)
+        key = (device, _hashable(grid), _hashable(block), int(shared_bytes), _hashable(cluster), handle)
         config = self._configs.get(key)
         if config is None:
+            check_stream_device(handle, device)
             if len(self._configs) > 256:  # a long-running process with ever new shapes or streams
                 self._configs.clear()
             config = self._configs[key] = launch_config(grid, block, shared_bytes=shared_bytes, cluster=cluster,
-                                                        stream=stream)
+                                                        stream=handle)
         storage = None
         if self._packer is not None:
             pointers = self._packer.pack(list(args))
         else:
             storage, pointers = pack_args(self.params, args)
-        function = self._function_handle()
-        self._allow_shared(function, int(shared_bytes))
-        _check(driver.cuLaunchKernelEx(config, function, ctypes.addressof(pointers), 0), f"launching {self.name}")
+        with activated(device):
+            function = self.function(device, int(shared_bytes))
+            result = driver.cuLaunchKernelEx(config, function, ctypes.addressof(pointers), 0)
+        if result[0] != driver.CUresult.CUDA_SUCCESS:
+            raise devices.launch_error(f"launching {self.name} on cuda:{device}", device, result)
         del storage  # the driver has copied the parameter values by now
 
-    def prepare(self, grid, block, args, *, shared_bytes: int = 0, cluster=None) -> "PreparedLaunch":
-        """A launch with every argument fixed, to be issued on any stream: the serving hot path (see
-        :class:`PreparedLaunch`)."""
+    def prepare(self, grid, block, args, *, shared_bytes: int = 0, cluster=None,
+                device: int | None = None) -> "PreparedLaunch":
+        """A launch on ``device`` with every argument fixed, to be issued on any of that device's streams: the
+        serving hot path (see :class:`PreparedLaunch`)."""
+        device = current_device() if device is None else device
         storage, pointers = pack_args(self.params, args)
-        function = self._function_handle()
-        self._allow_shared(function, int(shared_bytes))
-        return PreparedLaunch(self, function, storage, pointers, (grid, block, int(shared_bytes), cluster))
+        with activated(device) as context:
+            function = self.function(device, int(shared_bytes))
+        return PreparedLaunch(self, function, storage, pointers, (grid, block, int(shared_bytes), cluster),
+                              device, context)
 
     def __repr__(self):
         return f"Kernel({self.name!r}, params={self.params})"
 
 
 class PreparedLaunch:
-    """One kernel with its arguments packed once (tensor maps included) and its CUlaunchConfig built once per
-    stream: calling it is one ``cuLaunchKernelEx``, about 4.5 us of host time on the H100 machine
-    (tools/host_profile.py; calling libcuda's cuLaunchKernel through ctypes measured slower, 5.1-5.4 us).
+    """One kernel with its arguments packed once (tensor maps included), bound to one device, its CUlaunchConfig
+    built once per stream: calling it is one ``cuLaunchKernelEx``, about 4.5 us of host time on the H100 machine
+    (tools/host_profile.py; calling libcuda's cuLaunchKernel through ctypes measured slower, 5.1-5.4 us), plus a
+    ``cuCtxGetCurrent`` (and a push/pop when the caller's current context is another device's).
     Arguments and shape are frozen, so a caller keys these by everything the arguments were derived from
-    (pointers, shapes, strides, dtypes). Safe to share between threads: nothing is written after construction
-    except the per-stream config cache (a dict insert)."""
+    (device, pointers, shapes, strides, dtypes). Safe to share between threads: nothing is written after
+    construction except the per-stream config cache (a dict insert); contexts are per thread."""
 
-    def __init__(self, kernel: Kernel, function, storage, pointers, shape):
-        from cuda.bindings import driver
+    def __init__(self, kernel: Kernel, function, storage, pointers, shape, device: int, context):
+        driver = devices.driver()
         self.kernel, self._function, self._storage, self._pointers = kernel, function, storage, pointers
+        self.device = device
+        self._context, self._context_id = context, int(context)
         self._address = ctypes.addressof(pointers)
         self._shape = shape
         self._configs: dict[int, object] = {}
         self._launch, self._success = driver.cuLaunchKernelEx, driver.CUresult.CUDA_SUCCESS
+        self._current, self._push, self._pop = driver.cuCtxGetCurrent, driver.cuCtxPushCurrent, driver.cuCtxPopCurrent
 
     def __call__(self, stream: int = 0) -> None:
         config = self._configs.get(stream)
         if config is None:
+            check_stream_device(stream, self.device)
             grid, block, shared_bytes, cluster = self._shape
             config = self._configs[stream] = launch_config(grid, block, shared_bytes=shared_bytes, cluster=cluster,
                                                            stream=stream)
-        result = self._launch(config, self._function, self._address, 0)
+        if int(self._current()[1]) == self._context_id:
+            result = self._launch(config, self._function, self._address, 0)
+        else:  # the caller's thread has another device (or none) current: run in ours, then give it back
+            _check(self._push(self._context), f"making cuda:{self.device}'s context current")
+            try:
+                result = self._launch(config, self._function, self._address, 0)
+            finally:
+                _check(self._pop(), "restoring the caller's context")
         if result[0] != self._success:
-            _check(result, f"launching {self.kernel.name}")
+            raise devices.launch_error(f"launching {self.kernel.name} on cuda:{self.device}", self.device, result)
 
 
-def copy_device_async(dst: int, src: int, nbytes: int, stream=None) -> None:
-    """Device-to-device copy of ``nbytes`` on ``stream`` (cuMemcpyDtoDAsync): no host sync, graph-capturable."""
-    from cuda.bindings import driver
-    ensure_context()
-    _check(driver.cuMemcpyDtoDAsync(int(dst), int(src), int(nbytes), driver.CUstream(stream_handle(stream))),
-           "cuMemcpyDtoDAsync")
+def copy_device_async(dst: int, src: int, nbytes: int, stream=None, *, device: int | None = None) -> None:
+    """Device-to-device copy of ``nbytes`` on ``stream`` (cuMemcpyDtoDAsync) in ``device``'s context (default: the
+    device of ``dst``): no host sync, graph-capturable."""
+    driver = devices.driver()
+    device = devices.device_of_pointer(int(dst)) if device is None else device
+    handle = stream_handle(stream)
+    check_stream_device(handle, device)
+    with activated(device):
+        _check(driver.cuMemcpyDtoDAsync(int(dst), int(src), int(nbytes), driver.CUstream(handle)),
+               "cuMemcpyDtoDAsync")
 
 
 _KERNELS: dict[tuple[str, str], Kernel] = {}
+_KERNELS_LOCK = threading.Lock()
 
 
 def load_kernel(cubin: Cubin, name: str) -> Kernel:
-    """The kernel ``name`` from ``cubin`` (loaded once per cubin image and name)."""
+    """The kernel ``name`` from ``cubin`` (loaded once per cubin image and name, for every device)."""
     key = (cubin.key, name)
-    if key not in _KERNELS:
-        _KERNELS[key] = Kernel(cubin, name)
-    return _KERNELS[key]
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = Kernel(cubin, name)  # outside the lock: loading takes a while; a racing duplicate is dropped
+        with _KERNELS_LOCK:
+            kernel = _KERNELS.setdefault(key, kernel)
+    return kernel
 
 
-def synchronize(stream=None) -> None:
-    from cuda.bindings import driver
-    ensure_context()
+def synchronize(stream=None, *, device: int | None = None) -> None:
+    """Wait for ``stream`` (None: all of ``device``'s work; default device: the current one)."""
+    driver = devices.driver()
+    device = current_device() if device is None else device
     handle = stream_handle(stream)
-    if handle:
-        _check(driver.cuStreamSynchronize(driver.CUstream(handle)), "cuStreamSynchronize")
-    else:
-        _check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+    with activated(device):
+        if handle:
+            _check(driver.cuStreamSynchronize(driver.CUstream(handle)), "cuStreamSynchronize")
+        else:
+            _check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
-__all__ = ["load_kernel", "Kernel", "PreparedLaunch", "copy_device_async", "ensure_context", "synchronize", "parse_params", "pack_args", "ArgumentPacker",
-           "launch_config",
-           "device_pointer", "stream_handle"]
+__all__ = ["load_kernel", "Kernel", "PreparedLaunch", "copy_device_async", "ensure_context", "synchronize",
+           "parse_params", "pack_args", "ArgumentPacker", "launch_config", "device_pointer", "stream_handle"]

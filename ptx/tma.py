@@ -132,17 +132,21 @@ def tensor_map_2d(ptr: int, dtype, shape, row_stride_bytes: int, box, swizzle: i
     """
     from cuda.bindings import driver
     if not isinstance(ptr, (int, np.integer)):
-        from ptx.runtime import device_pointer
-        ptr = device_pointer(ptr)  # an array object: its device address
+        from ptx.arrays import as_device_view
+        view = as_device_view(ptr)
+        if not view.on_device:
+            raise TypeError(f"tensor_map_2d: {type(ptr).__name__} is not in device memory; copy it to the GPU first")
+        ptr = view.ptr  # an array object: its device address
     dtype, shape, box = validate_2d(ptr, dtype, shape, row_stride_bytes, box, swizzle, oob_fill_nan)
     data_type = _data_type(dtype)
     # Encoding needs an initialised driver; some drivers also want a current context, so make one if asked.
     driver.cuInit(0)
     err, tensor_map = _encode(data_type, int(ptr), shape, row_stride_bytes, box, swizzle, oob_fill_nan)
-    if err == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:
-        from ptx.runtime import ensure_context
-        ensure_context()
-        err, tensor_map = _encode(data_type, int(ptr), shape, row_stride_bytes, box, swizzle, oob_fill_nan)
+    if err == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:  # encode in the context of the memory it describes
+        from ptx.device import activated, current_device, device_of_pointer
+        owner = device_of_pointer(int(ptr))
+        with activated(owner if owner >= 0 else current_device()):
+            err, tensor_map = _encode(data_type, int(ptr), shape, row_stride_bytes, box, swizzle, oob_fill_nan)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuTensorMapEncodeTiled failed with {err.name} for dtype={dtype.name} shape={shape} "
                            f"row_stride_bytes={row_stride_bytes} box={box} swizzle={swizzle}")

@@ -11,14 +11,21 @@ if not HAS_GPU:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 
+def _hopper_count() -> int:
+    from ptx.device import device_count
+    return sum(is_hopper(device) for device in range(device_count()))
+
+
 def pytest_collection_modifyitems(config, items):
-    if is_hopper():
-        return
+    hoppers = _hopper_count() if HAS_GPU else 0
     reason = "needs a Hopper (sm_90) GPU" if HAS_GPU else "needs a GPU (none found: CPU-only run)"
-    skip = pytest.mark.skip(reason=reason)
+    skip_gpu = pytest.mark.skip(reason=reason)
+    skip_two = pytest.mark.skip(reason=f"needs two Hopper GPUs ({hoppers} here): bash tools/gpu_run.sh multigpu")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "multigpu" in item.keywords and hoppers < 2:
+            item.add_marker(skip_two)
+        elif "gpu" in item.keywords and not is_hopper():
+            item.add_marker(skip_gpu)
 
 
 @pytest.fixture

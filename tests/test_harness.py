@@ -470,6 +470,7 @@ class _SimulatedDriver:
 
     def cuInit(self, flags): return (0,)
     def cuCtxGetCurrent(self): return (0, 1)
+    def cuCtxGetDevice(self): return (0, 0)
     def cuStreamCreate(self, flags): return (0, self._new())
     def cuMemAlloc(self, size): return (0, 4096)
     def cuMemsetD32Async(self, ptr, value, count, stream): self.work(self.FLUSH_US); return (0,)
@@ -497,7 +498,7 @@ def simulated_driver(monkeypatch):
     from gemm import testing
     driver = _SimulatedDriver()
     monkeypatch.setattr(testing, "_driver", lambda: driver)
-    monkeypatch.setattr(testing, "_timing_stream", None)
+    monkeypatch.setattr(testing, "_timing_streams", {})
     monkeypatch.setattr(testing, "_flush_buffers", {})
     return driver
 

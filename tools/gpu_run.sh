@@ -2,7 +2,7 @@
 # One entry point for a session's GPU runs (the lent H100 has no installs: run from the repo root with
 # PYTHONPATH=.). Each part writes its log under $OUT (default ./gpu_out) and goes on if a part fails.
 #   bash tools/gpu_run.sh smoke tests ladder bench      (any subset, in that order)
-#   parts: env smoke quick tests ladder bench overhead sweep sanitize grade notebooks
+#   parts: env smoke quick tests devices multigpu ladder bench overhead sweep sanitize grade notebooks
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
@@ -25,6 +25,19 @@ for part in "$@"; do
               ${TESTS:-tests} 2>&1 | tee "$OUT/pytest_quick.log" | tail -60 ;;
     tests)  $PY -m pytest -q -m gpu -p no:cacheprovider --timeout=300 --junitxml="$OUT/junit.xml" \
               ${TESTS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -80 ;;
+    devices) # one GPU: calls follow their tensors (foreign context, threads, side-stream graph, facts), and the
+             # tensor-parallel example with two gloo ranks sharing GPU 0 (NCCL refuses two ranks one GPU)
+            $PY -m pytest -q -p no:cacheprovider --timeout=300 -rs tests/test_devices_gpu.py tests/test_multi_device.py \
+              2>&1 | tee "$OUT/devices.log" | tail -30
+            NCCL_NVLS_ENABLE=0 $PY -m torch.distributed.run --nproc_per_node=2 examples/tensor_parallel_linear.py \
+              --backend gloo --one-gpu --json "$OUT/tensor_parallel_one_gpu.json" 2>&1 | tee "$OUT/tp_one_gpu.log" | tail -20 ;;
+    multigpu) # two GPUs or more (issue 18): the multigpu-marked tests, then the example with one NCCL rank per GPU
+            export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+            nvidia-smi --query-gpu=index,name,driver_version --format=csv | tee "$OUT/multigpu_devices.csv"
+            $PY -m pytest -q -p no:cacheprovider --timeout=300 -rs -m "multigpu or gpu" --junitxml="$OUT/multigpu.xml" \
+              tests/test_devices_gpu.py tests/test_multi_device.py 2>&1 | tee "$OUT/multigpu.log" | tail -30
+            $PY -m torch.distributed.run --nproc_per_node=${NPROC:-2} examples/tensor_parallel_linear.py \
+              --json "$OUT/tensor_parallel.json" 2>&1 | tee "$OUT/tp.log" | tail -20 ;;
     ladder) $PY -m lessons ladder --out "$OUT" ${LADDER_ARGS:-} 2>&1 | tee "$OUT/ladder.log" | tail -30 ;;
     bench)  $PY -m gemm.bench --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
     overhead) $PY -c "import json; from gemm.bench import host_overhead; print(json.dumps(host_overhead(), indent=1))" \

@@ -229,8 +229,9 @@ def _expect_equal(got, want, what):
 def item_environment():
     import importlib.metadata as metadata
     from cuda.bindings import driver
+    from cuda.core import Device
     from ptx.runtime import ensure_context
-    device = ensure_context()
+    device = Device(ensure_context())
     versions = {p: metadata.version(p) for p in ("cuda-core", "cuda-bindings", "nvidia-nvjitlink", "numba-cuda")}
     driver_version = _ok(driver.cuDriverGetVersion(), "cuDriverGetVersion")
     return f"{device.name} cc={device.compute_capability} driver={driver_version} {versions}"

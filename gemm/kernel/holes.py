@@ -104,9 +104,10 @@ class HoledKernel:
         config = self.config_of(m, n, k)
         kernel = self._kernel(config, m, n, k)
         maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
-        kernel.launch(grid(config, m, n, device_facts().sm_count), config.threads,
+        kernel.launch(grid(config, m, n, device_facts(args.device).sm_count), config.threads,
                       [*maps, args.sb.ptr, args.d.ptr, m], shared_bytes=SharedPlan(config, n, k).shared_bytes,
-                      cluster=(config.multicast, 1, 1) if config.multicast > 1 else None, stream=stream)
+                      cluster=(config.multicast, 1, 1) if config.multicast > 1 else None, stream=stream,
+                      device=args.device)
 
     def cubin(self):
         """The cubin at ``sass_shape`` (built once per candidate: :meth:`sass` and :meth:`resources` share it)."""

@@ -1,5 +1,9 @@
 """Launching a generated kernel: the kernel cache keyed by (config, N, K), tensor maps, grid.
 
+Nothing here is per device but the launch itself: a loaded kernel serves every device (ptx.runtime loads it into a
+device's context on first use there), tensor maps are keyed by pointers (unique across devices under unified
+addressing) and the grid by the SM count of the call's device, which the caller passes.
+
 A kernel is generated, assembled and loaded once per (config, N, K) in a process (and its cubin cached on disk by
 :mod:`ptx.compile`), so a new M costs only new tensor maps: A, sa and D are described with M rows, which is what
 makes TMA zero-fill A's missing rows and clip D's. The maps are encoded by the driver on the host (a few
@@ -112,7 +116,7 @@ def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
     blocks, shared_bytes, cluster = _launch_shape(config, m, n, k, sm_count)
     maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
     kernel(config, n, k).launch(blocks, config.threads, [*maps, args.sb.ptr, args.d.ptr, m],
-                                shared_bytes=shared_bytes, cluster=cluster, stream=stream)
+                                shared_bytes=shared_bytes, cluster=cluster, stream=stream, device=args.device)
 
 
 def prepare(config: KernelConfig, args, *, sm_count: int):
@@ -121,7 +125,7 @@ def prepare(config: KernelConfig, args, *, sm_count: int):
     blocks, shared_bytes, cluster = _launch_shape(config, m, n, k, sm_count)
     maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
     return kernel(config, n, k).prepare(blocks, config.threads, [*maps, args.sb.ptr, args.d.ptr, m],
-                                        shared_bytes=shared_bytes, cluster=cluster)
+                                        shared_bytes=shared_bytes, cluster=cluster, device=args.device)
 
 
 # -- grouped GEMMs (gemm.grouped) ---------------------------------------------------------------------------
@@ -142,7 +146,8 @@ def launch_grouped(config: KernelConfig, args, *, sm_count: int, stream=None) ->
                                groups)
     kernel(config, n, k).launch(grid(config, m, n, sm_count, groups), config.threads,
                                 [*maps, args.sb.ptr, args.d.ptr, m, args.layout.ptr, groups],
-                                shared_bytes=SharedPlan(config, n, k).shared_bytes, stream=stream)
+                                shared_bytes=SharedPlan(config, n, k).shared_bytes, stream=stream,
+                                device=args.device)
 
 
 __all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "grid", "launch", "prepare", "grouped_tensor_maps",
