@@ -27,17 +27,20 @@ for part in "$@"; do
               ${TESTS:-tests} 2>&1 | tee "$OUT/pytest.log" | tail -80 ;;
     devices) # one GPU: calls follow their tensors (foreign context, threads, side-stream graph, facts), and the
              # tensor-parallel example with two gloo ranks sharing GPU 0 (NCCL refuses two ranks one GPU)
-            $PY -m pytest -q -p no:cacheprovider --timeout=300 -rs tests/test_devices_gpu.py tests/test_multi_device.py \
+            $PY -m pytest -q -p no:cacheprovider --timeout=300 -rs --junitxml="$OUT/devices.xml" \
+              tests/test_devices_gpu.py tests/test_multi_device.py \
               2>&1 | tee "$OUT/devices.log" | tail -30
             NCCL_NVLS_ENABLE=0 $PY -m torch.distributed.run --nproc_per_node=2 examples/tensor_parallel_linear.py \
-              --backend gloo --one-gpu --json "$OUT/tensor_parallel_one_gpu.json" 2>&1 | tee "$OUT/tp_one_gpu.log" | tail -20 ;;
+              --backend gloo --one-gpu --json "$OUT/tensor_parallel_one_gpu.json" 2>&1 | tee "$OUT/tp_one_gpu.log" | tail -20
+            $PY tools/device_report.py "$OUT/devices.xml" "$OUT/tensor_parallel_one_gpu.json" > "$OUT/devices.json" ;;
     multigpu) # two GPUs or more (issue 18): the multigpu-marked tests, then the example with one NCCL rank per GPU
             export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
             nvidia-smi --query-gpu=index,name,driver_version --format=csv | tee "$OUT/multigpu_devices.csv"
             $PY -m pytest -q -p no:cacheprovider --timeout=300 -rs -m "multigpu or gpu" --junitxml="$OUT/multigpu.xml" \
               tests/test_devices_gpu.py tests/test_multi_device.py 2>&1 | tee "$OUT/multigpu.log" | tail -30
             $PY -m torch.distributed.run --nproc_per_node=${NPROC:-2} examples/tensor_parallel_linear.py \
-              --json "$OUT/tensor_parallel.json" 2>&1 | tee "$OUT/tp.log" | tail -20 ;;
+              --json "$OUT/tensor_parallel.json" 2>&1 | tee "$OUT/tp.log" | tail -20
+            $PY tools/device_report.py "$OUT/multigpu.xml" "$OUT/tensor_parallel.json" > "$OUT/multigpu.json" ;;
     ladder) $PY -m lessons ladder --out "$OUT" ${LADDER_ARGS:-} 2>&1 | tee "$OUT/ladder.log" | tail -30 ;;
     bench)  $PY -m gemm.bench --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
     overhead) $PY -c "import json; from gemm.bench import host_overhead; print(json.dumps(host_overhead(), indent=1))" \
