@@ -54,7 +54,7 @@ def column_parallel(x, w, rank, world):
     a, sa = gemm.per_token_cast_to_fp8(x, mn_major=True)
     n = w.shape[0]
     rows = column_rows(n, world, rank)
-    out = torch.empty((x.shape[0], rows.stop - rows.start), dtype=torch.bfloat16, device=x.device)
+    out = torch.full((x.shape[0], rows.stop - rows.start), float("nan"), dtype=torch.bfloat16, device=x.device)
     if out.shape[1]:  # more ranks than 128-row blocks: a rank may hold none
         b, sb = gemm.per_block_cast_to_fp8(w[rows])  # = the full cast's rows: the shard's blocks are whole
         gemm.fp8_gemm_nt((a, sa), (b, sb), out)
@@ -87,8 +87,9 @@ def row_parallel(x, w, rank, world):
     k = x.shape[1]
     first, last = shard_bounds(k // BLOCK, world, rank)
     cols = slice(first * BLOCK, last * BLOCK)
-    out = torch.zeros((x.shape[0], w.shape[0]), dtype=torch.float32, device=x.device)
+    out = torch.zeros((x.shape[0], w.shape[0]), dtype=torch.float32, device=x.device)  # a rank with no K: adds 0
     if cols.stop > cols.start:
+        out.fill_(float("nan"))  # poison: every element must be written by the GEMM
         a, sa = gemm.per_token_cast_to_fp8(x[:, cols].contiguous(), mn_major=True)
         b, sb = gemm.per_block_cast_to_fp8(w[:, cols].contiguous())
         gemm.fp8_gemm_nt((a, sa), (b, sb), out)
@@ -100,7 +101,7 @@ def row_parallel(x, w, rank, world):
 def one_device(x, w, out_dtype):
     a, sa = gemm.per_token_cast_to_fp8(x, mn_major=True)
     b, sb = gemm.per_block_cast_to_fp8(w)
-    out = torch.empty((x.shape[0], w.shape[0]), dtype=out_dtype, device=x.device)
+    out = torch.full((x.shape[0], w.shape[0]), float("nan"), dtype=out_dtype, device=x.device)
     gemm.fp8_gemm_nt((a, sa), (b, sb), out)
     return out, (a, sa, b, sb)
 
@@ -115,15 +116,22 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", default="128,7168,2048;512,2112,7168;1000,4096,1536",
                         help='M,N,K;M,N,K (default: %(default)s)')
     parser.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
-    parser.add_argument("--one-gpu", action="store_true", help="every rank on GPU 0 (to try it on one GPU; gloo)")
+    parser.add_argument("--one-gpu", action="store_true",
+                        help="every rank on GPU 0, to try it on one GPU (needs --backend gloo: NCCL refuses two ranks "
+                             "one GPU)")
     parser.add_argument("--seed", type=int, default=None, help="default: a fresh one, shared by the ranks")
     parser.add_argument("--json", default=None, help="rank 0 writes the results here")
     args = parser.parse_args(argv)
+    if args.one_gpu and args.backend != "gloo":
+        parser.error("--one-gpu needs --backend gloo (NCCL refuses two ranks on one GPU)")
 
-    dist.init_process_group(args.backend)
+    device = 0 if args.one_gpu else int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(device)  # as a serving engine does, before the process group; every GPU stays visible
+    if args.backend == "nccl":
+        dist.init_process_group("nccl", device_id=torch.device("cuda", device))
+    else:
+        dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = 0 if args.one_gpu else int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(device)  # as a serving engine does; every GPU stays visible
     seed = [args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")]
     dist.broadcast_object_list(seed)
     rng = np.random.default_rng(seed[0])

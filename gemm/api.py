@@ -33,7 +33,7 @@ from gemm.heuristics import choose_config, device_facts
 from gemm.kernel import launch as _launch
 from gemm.validate import BF16_DTYPES, F32, check_gemm_args
 from ptx.arrays import as_device_view
-from ptx.device import check_stream_object
+from ptx.device import check_stream_of
 
 
 OUT_DTYPES = BF16_DTYPES + (F32,)
@@ -115,7 +115,7 @@ def _run(a, sa, b, sb, d, stream, config, c=None, *, plan_key=None) -> None:
     # Only torch can convert a row-major sa on the device (with its allocator, on its stream); other arrays
     # must come M-major, and check_gemm_args says which helper makes that.
     args = check_gemm_args(a, sa, b, sb, d, c, accept_row_major_sa=_is_torch(sa), out_dtypes=OUT_DTYPES)
-    check_stream_object(stream, args.device)  # a torch stream of another device (int handles: at the launch)
+    check_stream_of(stream, args.device)  # before any torch conversion or copy runs on it
     if args.sa_layout == "row_major":
         _warn_row_major_sa_once()
         converted = _sa_to_m_major_torch(args.sa.obj, stream)
@@ -163,12 +163,12 @@ _PREPARED: dict = {}
 
 
 def _torch_signature(a, sa, b, sb, out) -> tuple:
-    # The device (out's, at index 24: its stream is asked for) is in the key. Pointers are unique across devices
-    # (unified addressing), so equal pointers mean every argument is where it was when the key was made.
-    return (a.data_ptr(), a.shape, a.stride(), a.dtype, a.is_cuda, sa.data_ptr(), sa.shape, sa.stride(), sa.dtype,
-            sa.is_cuda, b.data_ptr(), b.shape, b.stride(), b.dtype, b.is_cuda, sb.data_ptr(), sb.shape, sb.stride(),
-            sb.dtype, sb.is_cuda, out.data_ptr(), out.shape, out.stride(), out.dtype, out.get_device(),
-            _heuristics._SM_LIMIT)
+    # Every argument's device is in the key (out's, at index 24, also picks the stream), so a freed address reused
+    # on another GPU never hits a launch prepared for the first one.
+    return (a.data_ptr(), a.shape, a.stride(), a.dtype, a.get_device(), sa.data_ptr(), sa.shape, sa.stride(),
+            sa.dtype, sa.get_device(), b.data_ptr(), b.shape, b.stride(), b.dtype, b.get_device(), sb.data_ptr(),
+            sb.shape, sb.stride(), sb.dtype, sb.get_device(), out.data_ptr(), out.shape, out.stride(), out.dtype,
+            out.get_device(), _heuristics._SM_LIMIT)
 
 
 def clear_prepared() -> None:

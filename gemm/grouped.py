@@ -47,7 +47,7 @@ from gemm.kernel.config import CONTIGUOUS_ALIGNMENT, KernelConfig
 from gemm.validate import (BF16_DTYPES, F32, FP8_DTYPES, POINTER_ALIGNMENT, SA_HELPERS, _check_devices, _view,
                            sa_layout)
 from ptx.arrays import DeviceView, as_device_view
-from ptx.device import check_stream_object
+from ptx.device import check_stream_of
 
 I32 = np.dtype(np.int32)
 _BY_HELPER = {
@@ -357,7 +357,7 @@ def _pick_config(args: GroupedArgs, config, heuristic_m: int) -> KernelConfig:
 
 def _launch(args: GroupedArgs, config: KernelConfig, stream) -> None:
     from gemm.kernel.launch import launch_grouped
-    check_stream_object(stream, args.device)
+    check_stream_of(stream, args.device)
     if args.sa_row_major:
         args = _convert_row_major_sa(args, stream)
     launch_grouped(config, args, sm_count=device_facts(args.device).sm_count, stream=stream)

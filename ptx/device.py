@@ -17,6 +17,7 @@ devices (tests/test_multi_device.py).
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 import threading
 from contextlib import contextmanager
@@ -171,6 +172,23 @@ def device_of_pointer(ptr: int) -> int:
     return int(ordinal) if err == cuda.CUresult.CUDA_SUCCESS else -1
 
 
+def stream_handle(stream) -> int:
+    """None -> 0 (the legacy default stream); an int; cuda.core/Numba/torch stream objects."""
+    if stream is None:
+        return 0
+    if isinstance(stream, numbers.Integral):  # numpy's integers too
+        return int(stream)
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        return int(stream.cuda_stream)
+    handle = getattr(stream, "handle", None)  # Numba: a CUstream, or a ctypes c_void_p (older bindings)
+    if handle is not None:
+        value = getattr(handle, "value", handle)
+        return int(value or 0)
+    raise TypeError(f"stream must be an int handle, a stream object or None, got {type(stream).__name__}")
+
+
 def stream_device(handle: int) -> int | None:
     """The device a stream belongs to; None for the handles that mean "the current context's default stream"
     (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD), which belong to whatever device is current, and for a stream
@@ -186,10 +204,10 @@ def stream_device(handle: int) -> int | None:
     if hasattr(cuda, "cuStreamGetDevice"):  # CUDA 12.8+
         return int(check(cuda.cuStreamGetDevice(stream), "cuStreamGetDevice"))
     context = int(check(cuda.cuStreamGetCtx(stream), "cuStreamGetCtx"))
-    for device in range(device_count()):
-        if int(primary_context(device)) == context:
+    for device, retained in list(_contexts.items()):  # only contexts this process already holds: no new ones
+        if int(retained) == context:
             return device
-    raise DeviceMismatchError(f"stream {handle:#x} belongs to a context that is no device's primary context")
+    raise DeviceMismatchError(f"stream {handle:#x} belongs to no primary context this process uses")
 
 
 def _stream_mismatch(owner: str, device: int) -> str:
@@ -214,6 +232,17 @@ def check_stream_object(stream, device: int) -> None:
         raise DeviceMismatchError(_stream_mismatch(f"cuda:{index}", device))
 
 
+def check_stream_of(stream, device: int) -> None:
+    """Either check for whatever a caller passes as ``stream=``: an object that knows its device (no driver call),
+    else its handle (an int, or an object with a raw handle); None is the current device's default stream."""
+    if stream is None:
+        return
+    if getattr(getattr(stream, "device", None), "type", None) == "cuda":
+        check_stream_object(stream, device)
+        return
+    check_stream_device(stream_handle(stream), device)
+
+
 def launch_error(what: str, device: int, result) -> RuntimeError:
     """The error of a failed launch, with the likely cause where the driver's code points at a stream or context
     of another device (the case :func:`stream_device` cannot ask about while a graph is being captured)."""
@@ -231,5 +260,5 @@ def launch_error(what: str, device: int, result) -> RuntimeError:
 
 __all__ = ["has_gpu", "is_hopper", "device_count", "compute_capability", "primary_context", "current_device",
            "activated", "ensure_context", "device_of_pointer", "stream_device", "check_stream_device",
-           "check_stream_object", "launch_error",
-           "check_ordinal", "DeviceMismatchError", "driver", "check"]
+           "check_stream_object", "check_stream_of", "launch_error",
+           "check_ordinal", "DeviceMismatchError", "driver", "check", "stream_handle"]

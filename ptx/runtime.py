@@ -25,7 +25,8 @@ import numpy as np
 
 from ptx import device as devices
 from ptx.compile import Cubin
-from ptx.device import activated, check_stream_device, current_device, ensure_context  # noqa: F401 (re-exported)
+from ptx.device import (activated, check_stream_device, current_device, ensure_context,  # noqa: F401 (re-exported)
+                        stream_handle)
 from ptx.tma import TENSOR_MAP_BYTES, TensorMap
 
 DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic smem above this needs the kernel attribute raised first
@@ -149,23 +150,6 @@ def _guess_type(value) -> str:
     return "u64"
 
 
-def stream_handle(stream) -> int:
-    """None -> 0 (the legacy default stream); an int; cuda.core/Numba/torch stream objects."""
-    if stream is None:
-        return 0
-    if isinstance(stream, (int, np.integer)):
-        return int(stream)
-    if hasattr(stream, "__cuda_stream__"):
-        return int(stream.__cuda_stream__()[1])
-    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
-        return int(stream.cuda_stream)
-    handle = getattr(stream, "handle", None)  # Numba: a CUstream, or a ctypes c_void_p (older bindings)
-    if handle is not None:
-        value = getattr(handle, "value", handle)
-        return int(value or 0)
-    raise TypeError(f"stream must be an int handle, a stream object or None, got {type(stream).__name__}")
-
-
 def _hashable(value):
     """A launch dimension (an int, a sequence of ints, or None) as a dict key."""
     return value if value is None or isinstance(value, (int, np.integer)) else tuple(value)
@@ -232,6 +216,7 @@ class Kernel:
         self._kernel_handle, self._owner = _load(cubin.image, name)
         self._functions: dict[int, object] = {}  # device -> CUfunction in its primary context
         self._shared_limits: dict[int, int] = {}  # device -> dynamic shared memory the function is allowed
+        self._limit_lock = threading.Lock()  # held only while raising that limit (once per device and size)
         self._configs: dict = {}  # CUlaunchConfig by (device, grid, block, smem, cluster, stream): built once
 
     def function(self, device: int, shared_bytes: int = 0):
@@ -243,10 +228,12 @@ class Kernel:
             function = _check(driver.cuKernelGetFunction(self._kernel_handle), f"loading {self.name} on cuda:{device}")
             self._functions[device] = function
         if shared_bytes > self._shared_limits.get(device, DEFAULT_SHARED_LIMIT):
-            attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _check(driver.cuFuncSetAttribute(function, attribute, shared_bytes),
-                   f"raising {self.name}'s dynamic shared memory to {shared_bytes} bytes on cuda:{device}")
-            self._shared_limits[device] = shared_bytes
+            with self._limit_lock:  # two threads raising it at once must leave the larger limit set and recorded
+                if shared_bytes > self._shared_limits.get(device, DEFAULT_SHARED_LIMIT):
+                    attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                    _check(driver.cuFuncSetAttribute(function, attribute, shared_bytes),
+                           f"raising {self.name}'s dynamic shared memory to {shared_bytes} bytes on cuda:{device}")
+                    self._shared_limits[device] = shared_bytes
         return function
 
     def launch(self, grid, block, args, *, shared_bytes: int = 0, cluster=None, stream=None,

@@ -35,6 +35,9 @@ class FakeDriver:
         self.functions: dict[int, int] = {}  # function handle -> device it was loaded for
         self.streams: dict[int, int] = {}  # stream handle -> device
         self.on_launch = None  # a test's hook, called inside the launch
+        self.shared_limits: dict[int, int] = {}  # function handle -> its raised dynamic shared memory limit
+        self.capturing: set[int] = set()  # stream handles capturing a graph
+        self.capture_broken = False
 
     def __getattr__(self, name):  # types and enums; any driver call not faked here fails loudly
         if name.startswith("cu"):
@@ -112,9 +115,14 @@ class FakeDriver:
         return (self.ok, device)
 
     def cuStreamIsCapturing(self, stream):
-        return (self.ok, self._real.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+        status = self._real.CUstreamCaptureStatus
+        return (self.ok, status.CU_STREAM_CAPTURE_STATUS_ACTIVE if int(stream) in self.capturing
+                else status.CU_STREAM_CAPTURE_STATUS_NONE)
 
     def cuStreamGetDevice(self, stream):
+        if int(stream) in self.capturing:  # the real driver refuses, and the refusal invalidates the capture
+            self.capture_broken = True
+            return (self.CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 0)
         return (self.ok, self.streams[int(stream)])
 
     def cuMemcpyDtoDAsync(self, dst, src, size, stream):
@@ -127,12 +135,16 @@ class FakeDriver:
         self.functions[handle] = self.current()
         return (self.ok, self._real.CUfunction(handle))
 
-    def cuFuncSetAttribute(self, function, attribute, value): return (self.ok,)
+    def cuFuncSetAttribute(self, function, attribute, value):
+        self.shared_limits[int(function)] = value  # per function, so per device: each device's must be raised
+        return (self.ok,)
 
     def cuLaunchKernelEx(self, config, function, params, extra):
         owner = self.functions[int(function)]
         if owner != self.current():  # the real driver: the function is not of the current context
             return (self.CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        if config.sharedMemBytes > self.shared_limits.get(int(function), 48 * 1024):
+            return (self.CUresult.CUDA_ERROR_INVALID_VALUE,)
         stream = int(config.hStream)
         if stream in self.streams and self.streams[stream] != owner:
             return (self.CUresult.CUDA_ERROR_INVALID_HANDLE,)
@@ -266,12 +278,15 @@ def test_grouped_gemms_follow_their_tensors(fake_driver, rng):
     on = lambda x: FakeDeviceArray(x, 2)  # noqa: E731
     gemm.m_grouped_fp8_gemm_nt_contiguous((on(a.view(np.uint8)), on(storage.T)), (on(b), on(sb)),
                                           on(np.zeros((m, n), np.uint16)), on(indices))
-    masked_sa = np.zeros((groups, k // 128, 64), np.float32).transpose(0, 2, 1)
-    gemm.m_grouped_fp8_gemm_nt_masked((on(np.zeros((groups, 64, k), np.uint8)), on(masked_sa)), (on(b), on(sb)),
-                                      on(np.zeros((groups, 64, n), np.uint16)),
-                                      on(np.full(groups, 64, np.int32)), 64)
+    masked_groups, m_max, wide = 8, 512, 1024  # 8 x 4 x 8 = 256 tiles of 128 x 128: more than cuda:2's 78 SMs
+    masked_sa = np.zeros((masked_groups, k // 128, m_max), np.float32).transpose(0, 2, 1)
+    wide_b = np.zeros((masked_groups, wide, k), np.uint8)
+    wide_sb = np.ones((masked_groups, wide // 128, k // 128), np.float32)
+    gemm.m_grouped_fp8_gemm_nt_masked((on(np.zeros((masked_groups, m_max, k), np.uint8)), on(masked_sa)),
+                                      (on(wide_b), on(wide_sb)), on(np.zeros((masked_groups, m_max, wide), np.uint16)),
+                                      on(np.full(masked_groups, m_max, np.int32)), m_max)
     assert [launch["device"] for launch in fake_driver.launches] == [2, 2]
-    assert fake_driver.launches[1]["grid"] <= SM_COUNTS[2]
+    assert fake_driver.launches[1]["grid"] == SM_COUNTS[2], "the persistent grid is cuda:2's SM count"
 
 
 def test_prepared_launch_pushes_its_device_from_any_thread(fake_driver):
@@ -384,3 +399,32 @@ def test_a_launch_refused_for_its_stream_names_the_likely_cause(fake_driver, rng
     monkeypatch.setattr(devices, "stream_device", lambda handle: None)
     with pytest.raises(DeviceMismatchError, match="is the stream one of cuda:1's"):
         call(dense_problem(rng, device=1), stream=fake_driver.new_stream(0))
+
+
+def test_each_device_gets_its_own_shared_memory_limit(fake_driver, rng):
+    """The fake refuses a launch above 48 KiB unless that device's function had its limit raised: a limit kept per
+    kernel instead of per device would launch the second device's kernel unraised."""
+    for device in (0, 1, 2):
+        call(dense_problem(rng, device=device, m=4096, n=4096, k=512))
+    assert [launch["device"] for launch in fake_driver.launches] == [0, 1, 2]
+    assert len(fake_driver.shared_limits) == 3 and min(fake_driver.shared_limits.values()) > 48 * 1024
+
+
+def test_a_capturing_stream_is_not_asked_for_its_device(fake_driver, rng):
+    """While a stream captures a graph the driver refuses cuStreamGetDevice and the refusal breaks the capture: the
+    launch must not ask (it relies on the launch's own error, test above)."""
+    stream = fake_driver.new_stream(1)
+    fake_driver.capturing.add(stream)
+    call(dense_problem(rng, device=1), stream=stream)
+    assert not fake_driver.capture_broken
+    assert [launch["device"] for launch in fake_driver.launches] == [1]
+
+
+def test_an_int_stream_of_another_device_is_refused_before_any_copy(fake_driver, rng):
+    """c is copied into d on the call's stream before the launch: a foreign stream must be refused first."""
+    args = dense_problem(rng, device=1, n=256)
+    d = FakeDeviceArray(np.zeros((200, 256), np.float32), 1)
+    c = FakeDeviceArray(np.zeros((200, 256), np.float32), 1)
+    with pytest.raises(DeviceMismatchError, match="belongs to cuda:0"):
+        gemm.fp8_gemm_nt((args["a"], args["sa"]), (args["b"], args["sb"]), d, c=c, stream=fake_driver.new_stream(0))
+    assert not fake_driver.copies and not fake_driver.launches
