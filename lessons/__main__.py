@@ -6,6 +6,7 @@
     python -m lessons ablate 8          # each bundled idea of a stage turned off, timed (GPU)
     python -m lessons grade 1 my_ex01.py [--cpu|--gpu] [--json report.json] [--seeds 2]   # docs/course.md
     python -m lessons grade 4 --reference --gpu   # the stage's own code: the run the thresholds come from
+    python -m lessons grade 6 --class submissions/ --jobs 8   # a class into grades/gradebook.csv (docs/course.md)
 """
 from __future__ import annotations
 
@@ -112,6 +113,13 @@ def _parser() -> argparse.ArgumentParser:
                        "filled)")
     which.add_argument("--reference", action="store_true", help="grade the stage's own code instead (instructors: "
                        "the run thresholds are set from, tools/calibrate_grader.py)")
+    which.add_argument("--class", dest="class_dir", type=Path, default=None, metavar="DIR",
+                       help="grade every submission in DIR (DIR/<student>.py or DIR/<student>/<file>.py) into a CSV "
+                            "gradebook, Gradescope results.json files and JUnit XML (docs/course.md)")
+    grade.add_argument("--jobs", type=int, default=4, help="submissions graded at once with --class (default 4)")
+    grade.add_argument("--out", type=Path, default=None, help="where --class writes (default DIR/grades)")
+    grade.add_argument("--allow-copies", action="store_true", help="report holes that are the stage's own code "
+                       "(names and formatting aside) without failing them")
     where = grade.add_mutually_exclusive_group()
     where.add_argument("--gpu", action="store_true", help="the real kernel on a Hopper GPU, timed (default there)")
     where.add_argument("--cpu", action="store_true", help="the simulator / PTX emulator at small shapes (default "

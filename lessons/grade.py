@@ -1,21 +1,23 @@
 """``python -m lessons grade N solution.py``: the course's autograder (see docs/course.md, the instructor guide).
 
-The student's file never runs in the grading process. The parent (:func:`grade`) starts a child
-(``python -m lessons.grade --child``), hands it the plan on stdin (the seeds to use, already derived, and a nonce
-that frames its answer) and reads the answer back; the child installs the vendor-GEMM guards, loads the solution
-by path, checks that it defines every hole, builds the candidate with ``exercise(N).build(solution)`` and runs the
-checks (:func:`evaluate`). The parent adds the static scan of the file and writes the report.
+The student's file never runs in the judge's process. The parent (:func:`grade`) scans the source (vendor GEMM,
+imports of the stage's code, holes that are the stage's own code: :mod:`lessons.grading.copies`) and starts the
+judge (``python -m lessons.grade --child``: trusted code only), handing it the plan on stdin (the seeds, already
+derived, and a nonce that frames its answer). The judge starts the sandboxed oracle
+(:class:`lessons.grading.sandbox.Oracle`), which loads the solution and answers only questions about its holes, as
+data; the judge builds the candidate with ``exercise(N).build(oracle.solution())`` and runs every check itself
+(:func:`evaluate`). Technique is judged on the SASS the judge assembled, against the stub build's
+(:func:`stub_candidate`).
 
 The checks, each ``{"name", "category", "graded", "passed", "detail", ...}``:
 
-* integrity: the file loads and defines every hole; no vendor GEMM, statically (:func:`scan_source`: ``@``,
-  matmul/dot/einsum/_scaled_mm/cublas, imports of torch/cupy, eval/exec) and dynamically (numpy's and torch's
-  matmul entry points replaced, in the child, by functions that record and raise when the student's file is on
-  the stack: a ``try/except`` in the solution cannot hide the record);
+* integrity: the file loads in the sandbox and defines every hole; no vendor GEMM in its source
+  (:func:`scan_source`: ``@``, matmul/dot/einsum/_scaled_mm/cublas, imports of torch/cupy, eval/exec); no copy;
+  every expected check ran;
 * correctness: a fresh random problem (:func:`gemm.fp8.random_problem`) per shape and per seed, D poisoned with
   NaN (every element must be written), ``calc_diff < 1e-3`` against the float64 reference. Public seeds are
   printed and reproducible; secret ones are ``hash(FP8LADDER_GRADER_SECRET, public seed)``, derived in the parent
-  (the secret never reaches the child's environment) and shown as "secret";
+  (the secret never reaches the judge's or the oracle's environment) and shown as "secret"; D must pass MEASURE;
 * technique: the candidate's SASS has the exercise's required opcode prefixes and none of its forbidden ones; no
   spills (``Candidate.resources()``, optional: a ``ptx.compile.Resources`` or ``{"registers", "spill_stores",
   "spill_loads"}``);
@@ -26,7 +28,8 @@ The checks, each ``{"name", "category", "graded", "passed", "detail", ...}``:
   GPU shape, ``{"4096x4096x7168": 0.49, ...}``, or one share for every shape; else the exercise's
   ``perf_threshold``; None, or a shape the file does not name: reported, not graded).
 
-The exit code is 0 only when every graded check passes.
+The exit code is 0 only when the report is PASSED: every graded check passed, every expected one ran, and the
+score reaches PASS_MARK of the possible points.
 """
 from __future__ import annotations
 
@@ -52,6 +55,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SECRET_ENV = "FP8LADDER_GRADER_SECRET"
 GRADING_FILE = ROOT / "results" / "grading.json"
 DIFF_LIMIT = 1e-3
+REL_LIMIT = 1e-2
+MEASURE = (f"D is right when every element was written (NaN poison), calc_diff = 1 - 2 sum(xy) / sum(x^2 + y^2) < "
+           f"{DIFF_LIMIT:g} (DeepGEMM's) and ||D - ref|| / ||ref|| < {REL_LIMIT:g}, against the float64 reference of "
+           "the dequantized inputs")
+PASS_MARK = 0.6  # share of the possible points a PASSED needs (besides every graded check passing)
+GRADER_VERSION = "2"  # the judge/oracle design (lessons.grading); recorded in every report
 DEFAULT_SEEDS = 2
 DEFAULT_TIMEOUT_S = 900
 PUBLIC_SEED_BASE = 20250
@@ -76,7 +85,8 @@ def _check(name: str, category: str, passed: bool | None, detail: str = "", *, g
 
 
 def _error_text(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    """The whole message (a report that cuts an error mid-sentence hides what to fix)."""
+    return f"{type(error).__name__}: {error}".strip()
 
 
 # ------------------------------------------------------------------------------------------------ seeds
@@ -209,110 +219,6 @@ def copy_findings(source: str, exercise) -> list[str]:
     return [f"line {line}: {what}" for line, what in sorted(found)]
 
 
-def _code_of(function):
-    function = getattr(function, "py_func", function)  # a Numba dispatcher: its Python function
-    return getattr(function, "__code__", None)
-
-
-def same_as_reference(exercise, solution) -> list[str]:
-    """Holes the solution filled with the stage's own function (the very object, or its code), however it got it."""
-    try:
-        reference = exercise.reference()
-    except Exception:  # noqa: BLE001  (an exercise without a reference)
-        return []
-    same = []
-    for hole in exercise.holes:
-        mine, theirs = getattr(solution, hole, None), getattr(reference, hole, None)
-        if mine is None or theirs is None:
-            continue
-        if mine is theirs or (_code_of(mine) is not None and _code_of(mine) is _code_of(theirs)):
-            same.append(hole)
-    return same
-
-
-# ------------------------------------------------------------------------------------- dynamic guards
-
-@dataclass
-class Guard:
-    """Vendor-GEMM entry points replaced by functions that record and raise when ``solution`` is on the stack."""
-    solution: str
-    calls: list = field(default_factory=list)
-    _paths: dict = field(default_factory=dict)
-
-    def _from_solution(self) -> bool:
-        frame = sys._getframe(1)
-        while frame is not None:
-            name = frame.f_code.co_filename
-            if name not in self._paths:
-                self._paths[name] = os.path.realpath(name) == self.solution
-            if self._paths[name]:
-                return True
-            frame = frame.f_back
-        return False
-
-    def wrap(self, name: str, original):
-        guard = self
-
-        def guarded(*args, **kwargs):
-            if guard._from_solution():
-                guard.calls.append(name)
-                raise RuntimeError(f"the grader forbids {name} in a solution (a vendor GEMM)")
-            return original(*args, **kwargs)
-
-        guarded.__name__ = getattr(original, "__name__", name)
-        guarded.__doc__ = getattr(original, "__doc__", None)
-        return guarded
-
-    def install(self) -> None:
-        for name in ("matmul", "dot", "vdot", "einsum", "tensordot", "inner"):
-            original = getattr(np, name)
-            wrapped = self.wrap(f"numpy.{name}", original)
-            for module in [m for m in list(sys.modules.values()) if m is not None
-                           and getattr(m, "__name__", "").startswith("numpy")]:
-                try:
-                    if getattr(module, name, None) is original:
-                        setattr(module, name, wrapped)
-                except Exception:  # noqa: BLE001  (a module that refuses attributes keeps its own)
-                    pass
-        linalg = np.linalg
-        linalg.multi_dot = self.wrap("numpy.linalg.multi_dot", linalg.multi_dot)
-        self._install_torch()
-        sys.meta_path.insert(0, _ImportGuard(self))
-
-    def _install_torch(self) -> None:
-        import importlib.util
-        if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
-            return
-        try:
-            import torch
-        except Exception:  # noqa: BLE001
-            return
-        for owner, names in ((torch, ("matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "tensordot", "dot",
-                                      "_scaled_mm", "inner")),
-                             (torch.nn.functional, ("linear",)),
-                             (torch.Tensor, ("matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "dot"))):
-            for name in names:
-                if hasattr(owner, name):
-                    try:
-                        setattr(owner, name, self.wrap(f"torch.{name}", getattr(owner, name)))
-                    except (AttributeError, TypeError):
-                        pass
-
-
-class _ImportGuard:
-    """Refuses torch, cupy and cuBLAS bindings to the student's file (recorded like a vendor call)."""
-
-    def __init__(self, guard: Guard):
-        self.guard = guard
-
-    def find_spec(self, name, path=None, target=None):
-        top = name.split(".")[0]
-        if (top in ("torch", "cupy", "jax", "tensorflow") or "cublas" in name.lower()) and self.guard._from_solution():
-            self.guard.calls.append(f"import {name}")
-            raise ImportError(f"the grader forbids importing {name} in a solution")
-        return None
-
-
 # ------------------------------------------------------------------------------------------- backends
 
 class DeviceBackend:
@@ -383,20 +289,33 @@ def _problem(exercise, shape, rng):
     return random_problem(*shape, rng)
 
 
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    """||got - want|| / ||want|| (L2 over every element). DeepGEMM's calc_diff alone lets a uniform scale error pass
+    (4% gives 1 - 2(1.04)/(1 + 1.04^2) = 7.7e-4 < 1e-3); this does not (0.04 > 1e-2), while BF16 rounding (~0.3%) does."""
+    norm = float(np.linalg.norm(want))
+    return float(np.linalg.norm(got - want)) / norm if norm else float(np.linalg.norm(got - want))
+
+
 def judge(d, rows, expected) -> dict:
-    """Every element written (no NaN left from the poison; right shape) and calc_diff on the reference rows."""
+    """Every element written (no NaN left from the poison; right shape), then on the reference rows calc_diff <
+    DIFF_LIMIT and the relative L2 error < REL_LIMIT (MEASURE states it in every report)."""
     from gemm.fp8 import calc_diff
     d = np.asarray(d, dtype=np.float64)
     shape = (len(rows), expected.shape[1])
     if d.ndim != 2 or d.shape[1] != expected.shape[1] or d.shape[0] <= int(np.max(rows, initial=0)):
-        return {"correct": False, "unwritten": None, "diff": None, "why": f"D has shape {d.shape}, expected "
-                                                                            f"(M, {shape[1]})"}
+        return {"correct": False, "unwritten": None, "diff": None, "rel_error": None,
+                "why": f"D has shape {d.shape}, expected (M, {shape[1]})"}
     unwritten = int(np.isnan(d).sum())
-    diff = calc_diff(d[rows], expected) if unwritten == 0 else float("nan")
-    correct = unwritten == 0 and math.isfinite(diff) and diff < DIFF_LIMIT
-    why = (f"{unwritten} of {d.size} elements never written (NaN poison left)" if unwritten else
-           f"calc_diff {diff:.3g} {'<' if correct else '>='} {DIFF_LIMIT:g}")
-    return {"correct": correct, "unwritten": unwritten, "diff": diff if math.isfinite(diff) else None, "why": why}
+    if unwritten:
+        return {"correct": False, "unwritten": unwritten, "diff": None, "rel_error": None,
+                "why": f"{unwritten} of {d.size} elements never written (NaN poison left)"}
+    diff, rel = calc_diff(d[rows], expected), relative_error(d[rows], np.asarray(expected, np.float64))
+    finite = math.isfinite(diff) and math.isfinite(rel)
+    correct = finite and diff < DIFF_LIMIT and rel < REL_LIMIT
+    why = (f"calc_diff {diff:.3g} {'<' if finite and diff < DIFF_LIMIT else '>='} {DIFF_LIMIT:g}, relative error "
+           f"{rel:.3g} {'<' if finite and rel < REL_LIMIT else '>='} {REL_LIMIT:g}")
+    return {"correct": correct, "unwritten": 0, "diff": diff if math.isfinite(diff) else None,
+            "rel_error": rel if math.isfinite(rel) else None, "why": why}
 
 
 def _shape_text(shape) -> str:
@@ -427,10 +346,11 @@ def correctness_checks(exercise, candidate, plan, *, mode: str, backend=None) ->
                 continue
             except Exception as error:  # noqa: BLE001  (the student's code: any failure is a failed check)
                 checks.append(_check(name, "correctness", False, _error_text(error),
-                                     traceback=traceback.format_exc()[-2000:]))
+                                     traceback=traceback.format_exc()[-4000:]))
                 continue
             checks.append(_check(name, "correctness", verdict["correct"], verdict["why"], shape=list(shape),
-                                 seed=entry["label"], diff=verdict["diff"], unwritten=verdict["unwritten"]))
+                                 seed=entry["label"], diff=verdict["diff"], rel_error=verdict["rel_error"],
+                                 unwritten=verdict["unwritten"]))
     return checks
 
 
@@ -446,8 +366,74 @@ def _opcodes(instructions) -> list[str]:
     return out
 
 
-def technique_checks(exercise, candidate) -> list[dict]:
-    """Required / forbidden SASS opcode prefixes and spills, where the candidate can show its machine code."""
+def _missing_toolchain(error: BaseException) -> bool:
+    return isinstance(error, FileNotFoundError) and any(tool in str(error) for tool in ("ptxas", "nvdisasm", "nvvm",
+                                                                                       "NVVM"))
+
+
+def stub_solution(exercise):
+    """The holes filled with the simplest answers of the right type (the first argument for an expression, zeros
+    shaped like the stage's own answer, no flips): the kernel a student gets for writing nothing that matters.
+    None where no such stub exists (an emitter hole)."""
+    from types import SimpleNamespace
+    from lessons.grading.traced import function_from_tree
+    reference = exercise.reference()
+    kinds = getattr(exercise, "hole_kinds", {}) or {}
+    holes, trees = {}, {}
+    for hole in exercise.holes:
+        kind = kinds.get(hole, "value")
+        if isinstance(kind, tuple):
+            trees[hole] = ["arg", 0]
+            holes[hole] = function_from_tree(trees[hole], list(kind[1]), hole)
+        elif kind == "sass_run":
+            holes[hole] = lambda run: []
+        elif kind == "emitter":
+            return None
+        else:
+            own = getattr(reference, hole)
+            holes[hole] = lambda *args, own=own: _zero_like(own(*args))
+    stub = SimpleNamespace(**holes)
+    stub.as_data = lambda: {"trees": trees, "values": {}, "kinds": {h: list(k) if isinstance(k, tuple) else k
+                                                                   for h, k in kinds.items()}}
+    return stub
+
+
+def _zero_like(value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_zero_like(v) for v in value)
+    return type(value)(0) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def stub_candidate(exercise):
+    """The stub solution's candidate (None where there is none, or it does not build)."""
+    try:
+        stub = stub_solution(exercise)
+        return None if stub is None else exercise.build(stub)
+    except Exception:  # noqa: BLE001 - a stub the generator refuses: every technique check counts
+        return None
+
+
+def _opcode_counts(candidate) -> dict[str, int] | None:
+    try:
+        instructions = candidate.sass() if candidate is not None else None
+    except Exception:  # noqa: BLE001
+        return None
+    if instructions is None:
+        return None
+    counts: dict[str, int] = {}
+    for opcode in _opcodes(instructions):
+        counts[opcode] = counts.get(opcode, 0) + 1
+    return counts
+
+
+def _count(counts: dict[str, int], prefix: str) -> int:
+    return sum(n for op, n in counts.items() if op.startswith(prefix))
+
+
+def technique_checks(exercise, candidate, stub=None) -> list[dict]:
+    """Required / forbidden SASS opcode prefixes and spills, on the machine code the judge assembled itself. With a
+    ``stub`` candidate (:func:`stub_candidate`), an instruction the stub's kernel has just as often is the
+    scaffold's, not the student's: it is shown, not graded. A missing assembler or disassembler: not graded."""
     checks = []
     required, forbidden = tuple(exercise.required_sass), tuple(exercise.forbidden_sass)
     sass_fn = getattr(candidate, "sass", None)
@@ -457,22 +443,38 @@ def technique_checks(exercise, candidate) -> list[dict]:
         checks.append(_check("sass", "technique", False, f"a hole is not filled: {_error_text(error)}"))
         instructions = None
     except Exception as error:  # noqa: BLE001
-        checks.append(_check("sass", "technique", False, f"building the SASS failed: {_error_text(error)}"))
+        if _missing_toolchain(error):
+            checks.append(_check("sass", "technique", None, f"not graded: the toolchain is missing here "
+                                 f"({_error_text(error)})", graded=False))
+        else:
+            checks.append(_check("sass", "technique", False, f"building the SASS failed: {_error_text(error)}"))
         instructions = None
     else:
         if instructions is None and (required or forbidden):
-            checks.append(_check("sass", "technique", None, "no SASS on this machine: technique not checked",
-                                 graded=False))
+            checks.append(_check("sass", "technique", None, "not graded: no SASS on this machine", graded=False))
     if instructions is not None:
         opcodes = set(_opcodes(instructions))
+        mine = {}
+        for opcode in _opcodes(instructions):
+            mine[opcode] = mine.get(opcode, 0) + 1
+        scaffold = _opcode_counts(stub) if stub is not None and (required or forbidden) else None
         for prefix in required:
             hits = sorted(op for op in opcodes if op.startswith(prefix))
-            checks.append(_check(f"uses {prefix}", "technique", bool(hits),
-                                 f"found {', '.join(hits)}" if hits else f"no {prefix}* instruction in the SASS"))
+            found = f"found {', '.join(hits)}" if hits else f"no {prefix}* instruction in the SASS"
+            if scaffold is not None and hits and _count(scaffold, prefix) == _count(mine, prefix):
+                checks.append(_check(f"uses {prefix}", "technique", True, f"{found} (the scaffold's: the stub build "
+                                     "has as many; not graded)", graded=False))
+            else:
+                checks.append(_check(f"uses {prefix}", "technique", bool(hits), found))
         for prefix in forbidden:
             hits = sorted(op for op in opcodes if op.startswith(prefix))
-            checks.append(_check(f"avoids {prefix}", "technique", not hits,
-                                 f"found {', '.join(hits)}" if hits else f"no {prefix}*"))
+            if scaffold is not None and _count(mine, prefix) <= _count(scaffold, prefix):
+                checks.append(_check(f"avoids {prefix}", "technique", None, (f"found {', '.join(hits)}, as the "
+                                     "scaffold has" if hits else f"no {prefix}*, nor in the scaffold") +
+                                     " (not the student's doing: not graded)", graded=False))
+            else:
+                checks.append(_check(f"avoids {prefix}", "technique", not hits,
+                                     f"found {', '.join(hits)}" if hits else f"no {prefix}*"))
         for check in (getattr(exercise, "extra", None) or {}).get("sass_checks", ()):
             name = getattr(check, "__name__", "sass check").replace("_", " ")
             try:
@@ -491,7 +493,11 @@ def technique_checks(exercise, candidate) -> list[dict]:
             if dataclasses.is_dataclass(resources):  # ptx.compile.Resources, ptxas's report of the kernel
                 resources = dataclasses.asdict(resources)
         except Exception as error:  # noqa: BLE001
-            checks.append(_check("no spills", "technique", False, f"resources() failed: {_error_text(error)}"))
+            if _missing_toolchain(error):
+                checks.append(_check("no spills", "technique", None, f"not graded: the toolchain is missing here "
+                                     f"({_error_text(error)})", graded=False))
+            else:
+                checks.append(_check("no spills", "technique", False, f"resources() failed: {_error_text(error)}"))
         else:
             if resources:
                 spills = resources.get("spills")
@@ -608,7 +614,7 @@ def performance_checks(exercise, candidate, plan, *, backend, threshold) -> list
             verdict = performance_verdict(timing, sol_bound(exercise, shape), shape, shape_threshold(threshold, shape))
         except Exception as error:  # noqa: BLE001
             checks.append(_check(name, "performance", False, _error_text(error),
-                                 traceback=traceback.format_exc()[-2000:]))
+                                 traceback=traceback.format_exc()[-4000:]))
             continue
         passed, why = verdict.pop("passed"), verdict.pop("why")
         if not (last["correct"] and fresh["correct"]):
@@ -619,9 +625,10 @@ def performance_checks(exercise, candidate, plan, *, backend, threshold) -> list
     return checks
 
 
-def evaluate(exercise, candidate, plan, *, mode: str, backend=None, threshold: float | None = None) -> list[dict]:
-    """Every runtime check of one built candidate (the child's work; tests call it with a host backend)."""
-    checks = technique_checks(exercise, candidate)
+def evaluate(exercise, candidate, plan, *, mode: str, backend=None, threshold: float | None = None,
+             stub=None) -> list[dict]:
+    """Every runtime check of one built candidate (the judge's work; tests call it with a host backend)."""
+    checks = technique_checks(exercise, candidate, stub)
     if mode == "gpu":
         backend = backend or DeviceBackend()
     checks += correctness_checks(exercise, candidate, plan, mode=mode, backend=backend)
@@ -644,62 +651,59 @@ def load_exercise(stage: int, exercise_file: str | None = None):
     return exercise(stage)
 
 
-def load_solution(path: str):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("student_solution", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path} as Python")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_child(plan: dict) -> dict:
-    """Grade one solution in this (child) process: guards, load, holes, build, checks."""
-    solution_path = os.path.realpath(plan["solution"]) if plan.get("solution") else "<the stage's own code>"
-    guard = Guard(solution_path)
-    guard.install()
+    """Grade one solution in this (judge) process, which never imports the student's file: a sandboxed oracle
+    (:class:`lessons.grading.sandbox.Oracle`) answers for its holes with data, and everything else happens here:
+    the kernel is built from that data by the stage's own generator, then checked, run and timed."""
     checks = []
     try:
         exercise = load_exercise(plan["stage"], plan.get("exercise_file"))
     except Exception as error:  # noqa: BLE001  (the grader's side: say so)
         return {"error": f"cannot load the exercise for stage {plan['stage']}: {_error_text(error)}", "checks": []}
     info = {"exercise": exercise.name, "stage": exercise.stage}
+    if plan.get("reference"):
+        return {**info, "checks": _grade_solution(exercise, exercise.reference(), plan)}
+    from lessons.grading.sandbox import HoleError, Oracle
+    deadline = time.time() + float(plan.get("timeout", DEFAULT_TIMEOUT_S)) - 5
+    oracle = Oracle(plan["solution"], exercise, deadline=deadline)
     try:
-        solution = exercise.reference() if plan.get("reference") else load_solution(solution_path)
-    except Exception as error:  # noqa: BLE001
-        checks.append(_check("loads", "integrity", False, _error_text(error),
-                             traceback=traceback.format_exc()[-2000:]))
-    else:
-        missing = [hole for hole in exercise.holes if not callable(getattr(solution, hole, None))]
+        try:
+            defined = oracle.defined_holes()
+        except HoleError as error:
+            checks.append(_check("loads", "integrity", False, error.message, traceback=error.trace))
+            return {**info, "checks": checks}
+        checks.append(_check("loads", "integrity", True, "the file loads in the grading sandbox"))
+        missing = [hole for hole, present in defined.items() if not present]
         checks.append(_check("defines every hole", "integrity", not missing,
                              f"missing: {', '.join(missing)}" if missing else ", ".join(exercise.holes)))
         if not missing:
-            try:
-                candidate = exercise.build(solution)
-            except NotImplementedError as error:
-                checks.append(_check("builds", "integrity", False, f"a hole is not filled: {_error_text(error)}"))
-            except Exception as error:  # noqa: BLE001
-                checks.append(_check("builds", "integrity", False, _error_text(error),
-                                     traceback=traceback.format_exc()[-2000:]))
-            else:
-                if not plan.get("reference"):
-                    copied = same_as_reference(exercise, solution)
-                    checks.append(_check("own work (run time)", "integrity", not copied,
-                                         f"{', '.join(copied)}: the stage's own function, not yours" if copied
-                                         else "no hole is the stage's own function"))
-                checks += exercise_checks(exercise, solution)
-                checks += evaluate(exercise, candidate, plan["seeds"], mode=plan["mode"],
-                                   threshold=plan.get("threshold"))
-    calls = sorted(set(guard.calls))
-    checks.append(_check("no vendor GEMM (run time)", "integrity", not calls,
-                         f"called {', '.join(calls)}" if calls else "no matmul/dot/einsum/torch/cuBLAS call from the "
-                                                                    "solution"))
+            checks += _grade_solution(exercise, oracle.solution(), plan)
+    finally:
+        oracle.close()
+    info["oracle_questions"] = oracle.questions
     return {**info, "checks": checks}
 
 
+def _grade_solution(exercise, solution, plan: dict) -> list[dict]:
+    """Build the candidate from ``solution`` (the oracle's namespace, or the stage's own code) and run every check."""
+    from lessons.grading.sandbox import HoleError
+    checks = []
+    try:
+        candidate = exercise.build(solution)
+    except NotImplementedError as error:
+        return [_check("builds", "integrity", False, f"a hole is not filled: {_error_text(error)}")]
+    except HoleError as error:
+        return [_check("builds", "integrity", False, str(error), traceback=error.trace)]
+    except Exception as error:  # noqa: BLE001
+        return [_check("builds", "integrity", False, _error_text(error), traceback=traceback.format_exc()[-4000:])]
+    checks += exercise_checks(exercise, solution)
+    checks += evaluate(exercise, candidate, plan["seeds"], mode=plan["mode"], threshold=plan.get("threshold"),
+                       stub=None if plan.get("reference") else stub_candidate(exercise))
+    return checks
+
+
 def _child_main() -> int:
-    result_fd = os.dup(1)  # the answer goes here; the student's prints go to stderr
+    result_fd = os.dup(1)  # the answer goes here; anything else printed goes to stderr
     os.dup2(2, 1)
     plan = json.loads(sys.stdin.readline())
     nonce = plan.pop("nonce")
@@ -707,9 +711,9 @@ def _child_main() -> int:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     try:
         result = run_child(plan)
-    except BaseException as error:  # noqa: BLE001  (SystemExit from a solution included)
-        result = {"error": f"the grader's child failed: {_error_text(error)}", "checks": [],
-                  "traceback": traceback.format_exc()[-2000:]}
+    except BaseException as error:  # noqa: BLE001
+        result = {"error": f"the grader failed: {_error_text(error)}", "checks": [],
+                  "traceback": traceback.format_exc()[-4000:]}
     with os.fdopen(result_fd, "w") as out:
         out.write(nonce + json.dumps(result, default=_plain) + nonce + "\n")
     return 0
@@ -754,11 +758,13 @@ def _exercise_threshold(stage: int, exercise_file) -> float | None:
 
 def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds: int = DEFAULT_SEEDS,
           secret: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, exercise_file: str | None = None,
-          thresholds_file: Path | None = None) -> dict:
-    """Grade ``solution`` for ``stage`` in a child process; the report (see the module docstring).
+          thresholds_file: Path | None = None, allow_copies: bool = False) -> dict:
+    """Grade ``solution`` for ``stage``; the report (see the module docstring). The judge runs in a child process of
+    trusted code only; the solution runs in its sandboxed oracle, a child of that one.
 
     ``solution=None`` grades the stage's own code (``exercise.reference()``, the instructor's calibration run:
-    ``python -m lessons grade N --reference``); the source scans then have no file to read."""
+    ``python -m lessons grade N --reference``); the source scans then have no file to read. ``allow_copies``: a hole
+    that is the stage's own code is reported, not failed (an instructor's choice)."""
     started = time.time()
     reference = solution is None
     solution = None if reference else Path(solution).resolve()
@@ -769,29 +775,41 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
     plan_seeds = seed_plan(seeds, secret or None)
     report = {"stage": stage, "solution": f"stage {stage:02d}'s own code" if reference else str(solution),
               "reference": reference, "mode": mode, "seeds": [entry["label"] for entry in plan_seeds],
-              "secret_seeds": bool(secret), "diff_limit": DIFF_LIMIT, "checks": []}
+              "public_seeds": [entry["seed"] for entry in plan_seeds if not entry["secret"]],
+              "secret_seeds": bool(secret), "diff_limit": DIFF_LIMIT, "rel_limit": REL_LIMIT, "measure": MEASURE,
+              "grader_version": grader_version(), "graded_at": utc_timestamp(), "pass_mark": PASS_MARK,
+              "checks": []}
     if not reference:
         if not solution.is_file():
             report["checks"].append(_check("loads", "integrity", False, f"no file {solution}"))
             return _finish(report, started)
+        report["solution_sha256"] = hashlib.sha256(solution.read_bytes()).hexdigest()
         source = solution.read_text(errors="replace")
         findings = scan_source(source, str(solution))
         report["checks"].append(_check("no vendor GEMM (source)", "integrity", not findings,
                                        "; ".join(findings) if findings else "no matmul/@/einsum/dot/_scaled_mm/"
                                                                            "cublas, no torch/cupy import"))
         try:
-            copied = copy_findings(source, load_exercise(stage, exercise_file))
-        except Exception:  # noqa: BLE001  (an exercise that does not load: the child reports it)
-            copied = []
+            exercise = load_exercise(stage, exercise_file)
+            copied = copy_findings(source, exercise)
+            from lessons.grading.copies import copied_holes
+            same = copied_holes(source, exercise)
+        except Exception:  # noqa: BLE001  (an exercise that does not load: the judge reports it)
+            copied, same = [], []
         report["checks"].append(_check("own work (no copy of the stage's code)", "integrity", not copied,
                                        "; ".join(copied) if copied else "no stage module or stage function "
                                                                         "imported"))
+        why = (f"{', '.join(same)}: the stage's own code with other names or formatting" if same else
+               "no hole is the stage's own code (names and formatting aside)")
+        report["checks"].append(_check("own work (not a copy)", "integrity", not same or None,
+                                       why + ("; allowed by the instructor (--allow-copies)" if same and allow_copies
+                                              else ""), graded=not allow_copies, copied=same))
     threshold = _threshold(stage, _exercise_threshold(stage, exercise_file), thresholds_file)
     report["perf_threshold"] = threshold
     nonce = secrets.token_hex(16)
     plan = {"nonce": nonce, "stage": stage, "solution": None if reference else str(solution),
             "reference": reference, "mode": mode, "seeds": plan_seeds, "threshold": threshold,
-            "exercise_file": str(exercise_file) if exercise_file else None}
+            "exercise_file": str(exercise_file) if exercise_file else None, "timeout": timeout}
     env = {key: value for key, value in os.environ.items() if key != SECRET_ENV}  # the child never sees it
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     if mode == "cpu":
@@ -813,8 +831,12 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
     result = json.loads(stdout[start + len(nonce):end])
     if result.get("error"):
         report["checks"].append(_check("child process", "integrity", False, result["error"]))
-    report.update({key: result[key] for key in ("exercise",) if key in result})
+    report.update({key: result[key] for key in ("exercise", "oracle_questions") if key in result})
     report["checks"] += result.get("checks", [])
+    try:
+        report["expected_checks"] = expected_checks(load_exercise(stage, exercise_file), len(plan_seeds), mode)
+    except Exception:  # noqa: BLE001 - the judge already reported an exercise that does not load
+        pass
     for check in report["checks"]:  # the secret seeds' values never reach the report
         if check.get("seed") not in (None, *report["seeds"]):
             check["seed"] = "secret"
@@ -822,27 +844,61 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
 
 
 def score(checks: list[dict]) -> dict:
-    """The rubric: each category's share of its graded checks passed x its weight; any integrity failure: 0."""
+    """The rubric: each category's share of its graded checks passed x its weight; any integrity failure: 0;
+    technique and performance score only when at least one correctness check passed (a kernel that computes
+    nothing right earns nothing for its instructions)."""
     by_category = {}
     for category in CATEGORIES:
         graded = [c for c in checks if c["category"] == category and c["graded"]]
         by_category[category] = {"passed": sum(bool(c["passed"]) for c in graded), "graded": len(graded)}
     integrity_ok = by_category["integrity"]["passed"] == by_category["integrity"]["graded"]
+    works = by_category["correctness"]["passed"] > 0  # technique and speed count for a kernel that computes D
     points, possible = 0.0, 0
     for category, weight in WEIGHTS.items():
         counts = by_category[category]
         if counts["graded"] or category != "performance":  # performance counts only where it is graded
             possible += weight
-            points += weight * counts["passed"] / counts["graded"] if counts["graded"] else 0.0
+            if counts["graded"] and (works or category == "correctness"):
+                points += weight * counts["passed"] / counts["graded"]
     return {"categories": by_category, "points": round(points, 1) if integrity_ok else 0.0, "possible": possible}
 
 
+def expected_checks(exercise, seeds: int, mode: str) -> dict[str, int]:
+    """How many checks of each category a complete grading run has: PASSED needs all of them to have run."""
+    shapes = exercise.shapes_cpu if mode == "cpu" else exercise.shapes_gpu
+    return {"correctness": len(shapes) * seeds}
+
+
 def _finish(report: dict, started: float) -> dict:
+    """The verdict: PASSED needs every graded check passed, every expected check run, and the pass mark."""
     graded = [c for c in report["checks"] if c["graded"]]
-    report["passed"] = bool(graded) and all(c["passed"] for c in graded)
     report["score"] = score(report["checks"])
+    ran = {category: sum(1 for c in report["checks"] if c["category"] == category) for category in CATEGORIES}
+    missing = {category: count - ran[category] for category, count in report.get("expected_checks", {}).items()
+               if ran[category] < count}
+    if missing and not any(c["category"] == "integrity" and c["graded"] and not c["passed"] for c in report["checks"]):
+        report["checks"].append(_check("every check ran", "integrity", False, "checks that did not run: " + ", ".join(
+            f"{count} {category}" for category, count in missing.items())))
+        graded = [c for c in report["checks"] if c["graded"]]
+        report["score"] = score(report["checks"])
+    points, possible = report["score"]["points"], report["score"]["possible"]
+    report["passed"] = (bool(graded) and all(c["passed"] for c in graded) and possible > 0
+                        and points >= PASS_MARK * possible)
     report["elapsed_s"] = round(time.time() - started, 2)
     return report
+
+
+def grader_version() -> str:
+    """GRADER_VERSION and the hash of the grader's own files (what an instructor can re-run against)."""
+    digest = hashlib.sha256()
+    for path in sorted([ROOT / "lessons" / "grade.py", *(ROOT / "lessons" / "grading").glob("*.py")]):
+        digest.update(path.read_bytes())
+    return f"{GRADER_VERSION}+{digest.hexdigest()[:12]}"
+
+
+def utc_timestamp() -> str:
+    import datetime
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def summary(report: dict) -> str:
@@ -859,6 +915,8 @@ def summary(report: dict) -> str:
     s = report["score"]
     lines.append(f"  score {s['points']:g} / {s['possible']}   "
                  + "  ".join(f"{k} {v['passed']}/{v['graded']}" for k, v in s["categories"].items()))
+    if report.get("measure"):
+        lines.append(f"  correctness: {report['measure']}")
     lines.append("PASSED" if report["passed"] else "FAILED")
     return "\n".join(lines)
 
@@ -872,8 +930,19 @@ def main(args) -> int:
             print("python -m lessons grade: --gpu needs a Hopper (sm_90) GPU; none found (use --cpu)",
                   file=sys.stderr)
             return 2
-    report = grade(args.stage, None if getattr(args, "reference", False) else args.solution, mode=mode, seeds=args.seeds, timeout=args.timeout,
-                   thresholds_file=args.thresholds, exercise_file=getattr(args, "exercise_file", None))
+    options = dict(mode=mode, seeds=args.seeds, timeout=args.timeout, thresholds_file=args.thresholds,
+                   exercise_file=getattr(args, "exercise_file", None),
+                   allow_copies=getattr(args, "allow_copies", False))
+    if getattr(args, "class_dir", None) is not None:
+        from lessons.grading.gradebook import grade_class
+        out = args.out or args.class_dir / "grades"
+        reports = grade_class(args.stage, args.class_dir, out=out, jobs=args.jobs, **options)
+        for student, report in reports.items():
+            print(f"{student:<24} {report['score']['points']:>5g} / {report['score']['possible']:<3} "
+                  f"{'PASSED' if report['passed'] else 'FAILED'}")
+        print(f"gradebook: {out / 'gradebook.csv'} (and results.json per student, junit.xml)")
+        return 0
+    report = grade(args.stage, None if getattr(args, "reference", False) else args.solution, **options)
     print(summary(report))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,11 @@
 """The autograder (lessons.grade) and its defences, on CPU, against a tiny stage-01-like exercise registered here.
 
-The fake exercise's one hole, ``kernel(a, sa, b, sb, d)``, writes D for host operands in pure NumPy (the stage-01
-promotion: per 128-wide K group, the FP32-ish partial product times both scales). Each defence is a cheat that
-the grader must catch: a cached result, a partial write, a vendor GEMM (statically and at run time), a time
-faster than the speed of light. The real exercises (lessons/exercises) have their own skeleton/reference tests.
+The fake exercise's one hole is DeepGEMM's promotion, ``promote(total, partial, sa_value, sb_value)``, an expression
+hole: the sandboxed oracle traces the student's function and the judge rebuilds it, then computes D in NumPy per
+128-wide K group (the candidate, trusted exercise code). The candidate's misbehaviours (a cached result, a partial
+write, work only outside the timed replays) are chosen by the test through the exercise file: they stand for a
+kernel that misbehaves, which the judge's checks must catch. Attempts by a student's *file* are in
+tests/test_grader_attacks.py.
 """
 from __future__ import annotations
 
@@ -26,118 +28,87 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FAKE_EXERCISE = '''
 import numpy as np
+from gemm.fp8 import GROUP, e4m3_decode
 from lessons.exercises import Exercise
+
+BEHAVIOUR = "{behaviour}"  # honest | cached | partial | lazy: how the candidate (a stand-in kernel) behaves
+SASS = {sass!r}
+SPILLS = {spills}
 
 
 class Candidate:
     def __init__(self, solution):
         self.solution = solution
+        self._memo, self._seen = {{}}, set()
+
+    def _compute(self, a, sa, b, sb, d):
+        af, bf = e4m3_decode(a).astype(np.float64), e4m3_decode(b).astype(np.float64)
+        m, k = af.shape
+        n = bf.shape[0]
+        total = np.zeros((m, n))
+        for g in range(k // GROUP):
+            ks = slice(g * GROUP, (g + 1) * GROUP)
+            partial = (af[:, None, ks] * bf[None, :, ks]).sum(-1)
+            sb_row = np.repeat(np.asarray(sb)[:, g], GROUP)[:n][None, :]
+            total = self.solution.promote(total, partial, np.asarray(sa)[:, g][:, None], sb_row)
+        if BEHAVIOUR == "cached":
+            total = self._memo.setdefault(d.shape, total)
+        if BEHAVIOUR == "partial":
+            d[: m // 2] = total[: m // 2]
+        else:
+            d[...] = total
 
     def run_cpu(self, a, sa, b, sb):
         d = np.full((a.shape[0], b.shape[0]), np.nan, dtype=np.float32)
-        self.solution.kernel(a, sa, b, sb, d)
+        self._compute(a, sa, b, sb, d)
         return d
 
     def run_gpu(self, a, sa, b, sb, d, stream=0):  # the tests' host backend: d is a host array
-        self.solution.kernel(a, sa, b, sb, d)
+        if BEHAVIOUR == "lazy" and id(d) in self._seen:
+            return
+        self._seen.add(id(d))
+        self._compute(a, sa, b, sb, d)
 
     def sass(self):
-        return getattr(self.solution, "SASS", ["LDG.E R2, [R4.64]", "FFMA R1, R2, R3, R1", "@P0 BRA 0x70"])
+        return SASS
 
     def resources(self):
-        return {"registers": 40, "spill_stores": getattr(self.solution, "SPILLS", 0), "spill_loads": 0}
+        return {{"registers": 40, "spill_stores": SPILLS, "spill_loads": 0}}
 
 
 def _reference():
-    raise NotImplementedError
+    from types import SimpleNamespace
+    def promote(total, partial, sa_value, sb_value):
+        return total + partial * (sa_value * sb_value)
+    return SimpleNamespace(promote=promote)
 
 
 EXERCISE = Exercise(
-    stage=1, name="fake_promotion", objective="promote per K group", prompt="fill kernel", holes=("kernel",),
+    stage=1, name="fake_promotion", objective="promote per K group", prompt="fill promote", holes=("promote",),
     questions=(), reference=_reference, build=Candidate, required_sass=("FFMA",), forbidden_sass=("HMMA",),
-    shapes_cpu=((24, 40, 256), (33, 130, 384)), shapes_gpu=((64, 136, 256),), perf_threshold=0.3)
+    shapes_cpu=((24, 40, 512), (33, 130, 640)), shapes_gpu=((64, 136, 256),), perf_threshold=0.3,
+    hole_kinds={{"promote": ("expression", ("total", "partial", "sa_value", "sb_value"))}})
 '''
+HONEST_SASS = ["LDG.E R2, [R4.64]", "FFMA R1, R2, R3, R1", "@P0 BRA 0x70"]
 
 CORRECT = '''
-import numpy as np
-from gemm.fp8 import GROUP, e4m3_decode
-
-
-def kernel(a, sa, b, sb, d):
-    af = e4m3_decode(a).astype(np.float64)
-    bf = e4m3_decode(b).astype(np.float64)
-    m, k = af.shape
-    n = bf.shape[0]
-    acc = np.zeros((m, n))
-    for g in range(k // GROUP):
-        ks = slice(g * GROUP, (g + 1) * GROUP)
-        part = (af[:, None, ks] * bf[None, :, ks]).sum(-1)
-        acc += part * np.asarray(sa)[:, g][:, None] * np.repeat(np.asarray(sb)[:, g], GROUP)[:n][None, :]
-    d[...] = acc
+def promote(total, partial, sa_value, sb_value):
+    """Apply the group's two scales once, to the FP32 partial."""
+    scale = sa_value * sb_value
+    return total + partial * scale
 '''
 
 SKELETON = '''
-def kernel(a, sa, b, sb, d):
-    """Fill D: the promotion, per K group."""
-    raise NotImplementedError("fill in kernel")
+def promote(total, partial, sa_value, sb_value):
+    """Fill in the promotion."""
+    raise NotImplementedError("fill in promote")
 '''
 
-CACHED = CORRECT.replace("def kernel(a, sa, b, sb, d):", '''_memo = {}
+VENDOR_AT = CORRECT + '''
 
-
-def kernel(a, sa, b, sb, d):
-    key = d.shape
-    if key in _memo:
-        d[...] = _memo[key]
-        return
-    _kernel(a, sa, b, sb, d)
-    _memo[key] = d.copy()
-
-
-def _kernel(a, sa, b, sb, d):''')
-
-# "skip on repeat calls with the same buffers": the first call on a D computes it (outside the timed replays, in
-# a real run: the warm-up call or the capture), the timed calls do nothing.
-LAZY_REPEAT = CORRECT.replace("def kernel(a, sa, b, sb, d):", '''_seen = set()
-
-
-def kernel(a, sa, b, sb, d):
-    if id(d) in _seen:
-        return
-    _seen.add(id(d))
-    _kernel(a, sa, b, sb, d)
-
-
-def _kernel(a, sa, b, sb, d):''')
-
-PARTIAL = CORRECT.replace("    d[...] = acc", "    d[: m // 2] = acc[: m // 2]  # the bottom half is left unwritten")
-
-VENDOR_AT = '''
-import numpy as np
-from gemm.fp8 import dequantize_per_block, dequantize_per_token
-
-
-def kernel(a, sa, b, sb, d):
-    d[...] = dequantize_per_token(a, sa) @ dequantize_per_block(b, sb).T
+def _unused(x, w):
+    return x @ w.T
 '''
-
-# statically clean: no @, no matmul/dot/einsum name anywhere; the call is assembled at run time and its failure
-# swallowed, falling back to the honest code. The run-time guard's record still fails it.
-VENDOR_HIDDEN = CORRECT.replace("def kernel(a, sa, b, sb, d):", '''
-from gemm.fp8 import dequantize_per_block, dequantize_per_token
-
-
-def kernel(a, sa, b, sb, d):
-    try:
-        fast = getattr(np, "mat" + "mul")
-        d[...] = fast(dequantize_per_token(a, sa), dequantize_per_block(b, sb).T)
-        return
-    except RuntimeError:
-        pass
-    _kernel(a, sa, b, sb, d)
-
-
-def _kernel(a, sa, b, sb, d):''')
 
 VENDOR_TORCH = CORRECT + '''
 try:
@@ -147,11 +118,16 @@ except ImportError:
 '''
 
 
+def write_exercise(folder: Path, behaviour: str = "honest", sass=None, spills: int = 0) -> Path:
+    path = folder / f"fake_exercise_{behaviour}.py"
+    path.write_text(FAKE_EXERCISE.format(behaviour=behaviour, sass=HONEST_SASS if sass is None else sass,
+                                         spills=spills))
+    return path
+
+
 @pytest.fixture
 def fake(tmp_path):
-    path = tmp_path / "fake_exercise.py"
-    path.write_text(FAKE_EXERCISE)
-    return path
+    return write_exercise(tmp_path)
 
 
 def _grade(tmp_path, fake, source, *, name="solution.py", **kwargs):
@@ -179,34 +155,63 @@ def test_a_correct_solution_passes(tmp_path, fake):
     assert report["mode"] == "cpu" and report["exercise"] == "fake_promotion"
     correct = [c for c in report["checks"] if c["category"] == "correctness"]
     assert len(correct) == 2 * grade.DEFAULT_SEEDS  # every shape (one ragged in N) x every seed
-    assert all(c["diff"] < 1e-5 for c in correct)
+    assert all(c["diff"] < 1e-5 and c["rel_error"] < 1e-5 for c in correct)
     assert {c["name"] for c in report["checks"] if c["category"] == "technique"} == {"uses FFMA", "avoids HMMA",
                                                                                      "no spills"}
     assert report["score"]["points"] == report["score"]["possible"] == 80  # no performance on CPU
-    assert "PASSED" in grade.summary(report)
+    assert report["oracle_questions"] >= 2 and "PASSED" in grade.summary(report)
+    assert len(report["solution_sha256"]) == 64 and report["grader_version"].startswith(grade.GRADER_VERSION)
+    assert report["public_seeds"] == grade.public_seeds(grade.DEFAULT_SEEDS) and report["graded_at"]
+    assert "calc_diff" in report["measure"] and "||D - ref||" in report["measure"]
 
 
 def test_the_skeleton_fails(tmp_path, fake):
     report = _grade(tmp_path, fake, SKELETON)
     assert not report["passed"]
-    assert all("a hole is not filled" in c["detail"] for c in _failed(report))
+    assert all("a hole is not filled" in c["detail"] for c in _failed(report)), grade.summary(report)
 
 
 def test_a_missing_hole_fails(tmp_path, fake):
-    report = _grade(tmp_path, fake, "def kernal(a, sa, b, sb, d):\n    pass\n")
+    report = _grade(tmp_path, fake, "def promot(total, partial, sa_value, sb_value):\n    return total\n")
     assert not report["passed"]
-    assert _check(report, "defines every hole")["detail"] == "missing: kernel"
+    assert _check(report, "defines every hole")["detail"] == "missing: promote"
 
 
 def test_a_file_that_does_not_load_fails(tmp_path, fake):
-    report = _grade(tmp_path, fake, "def kernel(:\n")
+    report = _grade(tmp_path, fake, "def promote(:\n")
     assert not report["passed"] and not _check(report, "loads")["passed"]
+    assert "SyntaxError" in _check(report, "loads")["detail"]
+
+
+def test_a_uniform_scale_error_fails_and_the_report_says_by_which_measure(tmp_path, fake):
+    """4% too large everywhere: calc_diff alone (7.7e-4) would pass it; the relative error (0.04) does not."""
+    report = _grade(tmp_path, fake, CORRECT.replace("partial * scale", "partial * scale * 1.04"))
+    failed = _failed(report, "correctness")
+    assert not report["passed"] and len(failed) == 2 * grade.DEFAULT_SEEDS
+    assert all(c["diff"] < 1e-3 and 0.03 < c["rel_error"] < 0.05 for c in failed)
+    assert all("relative error" in c["detail"] for c in failed)
+
+
+def test_an_error_is_reported_whole(tmp_path, fake):
+    long = "x" * 700 + " the end of a long message"
+    report = _grade(tmp_path, fake, f"def promote(total, partial, sa_value, sb_value):\n    raise ValueError({long!r})\n")
+    assert any("the end of a long message" in c["detail"] for c in report["checks"]), grade.summary(report)
+
+
+def test_passed_needs_the_pass_mark_and_every_expected_check(tmp_path):
+    """A report whose graded checks all passed but whose correctness checks never ran is not PASSED."""
+    report = {"checks": [grade._check("loads", "integrity", True)], "expected_checks": {"correctness": 4}}
+    report = grade._finish(report, 0.0)
+    assert not report["passed"]
+    assert "4 correctness" in _check(report, "every check ran")["detail"]
+    thin = {"checks": [grade._check("loads", "integrity", True), grade._check("x", "technique", True)]}
+    assert not grade._finish(thin, 0.0)["passed"], "30 of 80 points is below the pass mark"
 
 
 # ------------------------------------------------------------------------------------------- defences
 
-def test_a_cached_result_is_caught_by_fresh_inputs(tmp_path, fake):
-    report = _grade(tmp_path, fake, CACHED)
+def test_a_cached_result_is_caught_by_fresh_inputs(tmp_path):
+    report = _grade(tmp_path, write_exercise(tmp_path, "cached"), CORRECT)
     assert not report["passed"]
     failed = _failed(report, "correctness")
     # the first problem of each shape is computed honestly; every later one gets the memorised D back
@@ -214,8 +219,8 @@ def test_a_cached_result_is_caught_by_fresh_inputs(tmp_path, fake):
     assert all("calc_diff" in c["detail"] and c["diff"] > 1e-3 for c in failed)
 
 
-def test_a_partial_write_is_caught_by_the_nan_poison(tmp_path, fake):
-    report = _grade(tmp_path, fake, PARTIAL)
+def test_a_partial_write_is_caught_by_the_nan_poison(tmp_path):
+    report = _grade(tmp_path, write_exercise(tmp_path, "partial"), CORRECT)
     assert not report["passed"]
     failed = _failed(report, "correctness")
     assert len(failed) == 2 * grade.DEFAULT_SEEDS
@@ -231,12 +236,14 @@ def test_a_vendor_gemm_is_caught_statically(tmp_path, fake):
     assert report["score"]["points"] == 0
 
 
-def test_a_hidden_vendor_gemm_is_caught_at_run_time(tmp_path, fake):
-    report = _grade(tmp_path, fake, VENDOR_HIDDEN)
-    assert _check(report, "no vendor GEMM (source)")["passed"]  # the scan cannot see it...
-    dynamic = _check(report, "no vendor GEMM (run time)")
-    assert not dynamic["passed"] and "numpy.matmul" in dynamic["detail"]  # ...the guard records it, swallowed or not
+def test_a_matmul_inside_a_hole_cannot_make_d(tmp_path, fake):
+    """The oracle traces the hole on symbols: a host matmul reached any way (here ``__matmul__``) is not arithmetic
+    it can record, and D is the judge's to compute anyway."""
+    source = "def promote(total, partial, sa_value, sb_value):\n    return total.__matmul__(partial)\n"
+    report = _grade(tmp_path, fake, source)
     assert not report["passed"]
+    assert any("__matmul__" in c["detail"] or "only arithmetic" in c["detail"] for c in _failed(report)), \
+        grade.summary(report)
 
 
 def test_importing_torch_is_caught(tmp_path, fake):
@@ -259,55 +266,71 @@ def test_importing_torch_is_caught(tmp_path, fake):
     ("import lessons.grade\n", "imports lessons.grade"),
 ])
 def test_the_static_scan_finds(source, finding):
-    findings = grade.scan_source(source)
-    assert any(finding in line for line in findings), findings
+    assert any(finding in line for line in grade.scan_source(source)), grade.scan_source(source)
 
 
 def test_the_static_scan_passes_honest_numpy():
-    assert grade.scan_source(CORRECT) == []
+    assert grade.scan_source("import numpy as np\ny = np.zeros(4) + np.float32(2) * 3\n") == []
 
 
 def test_the_secret_never_reaches_the_solution_and_secret_seeds_are_not_shown(tmp_path, fake):
-    spy = CORRECT + '\nimport os\nassert "FP8LADDER_GRADER_SECRET" not in os.environ, "the secret leaked"\n'
-    report = _grade(tmp_path, fake, spy, secret="instructor-secret")
+    """The solution is right only if it cannot see the secret (its environment is scrubbed)."""
+    source = CORRECT.replace("    return total + partial * scale",
+                             "    import os\n    leak = 1000.0 if any('SECRET' in k for k in os.environ) else 0.0\n"
+                             "    return total + partial * scale + leak")
+    report = _grade(tmp_path, fake, source, secret="the instructor's secret")
     assert report["passed"], grade.summary(report)
-    assert report["secret_seeds"]
-    assert report["seeds"] == [str(s) for s in grade.public_seeds(grade.DEFAULT_SEEDS)] + ["secret 1", "secret 2"]
-    seeds = {c.get("seed") for c in report["checks"] if c["category"] == "correctness"}
-    assert seeds == set(report["seeds"])
-    assert "instructor-secret" not in json.dumps(report)
-    assert str(grade.secret_seed("instructor-secret", grade.public_seeds(1)[0])) not in json.dumps(report)
+    seeds = {c["seed"] for c in report["checks"] if "seed" in c}
+    assert {"secret 1", "secret 2"} <= seeds and not any("instructor" in json.dumps(c) for c in report["checks"])
+    hidden = [str(e["seed"]) for e in grade.seed_plan(2, "the instructor's secret") if e["secret"]]
+    assert not any(value in json.dumps(report) for value in hidden), "a secret seed's value reached the report"
 
 
 def test_secret_seeds_are_reproducible_with_the_secret_and_differ_without_it():
-    public = grade.public_seeds(3)
-    assert grade.public_seeds(3) == public  # a public failure can be rerun by the student
-    assert grade.secret_seed("s", public[0]) == grade.secret_seed("s", public[0])
-    assert len({grade.secret_seed(secret, p) for secret in ("s", "t") for p in public}) == 6
-    assert [e["secret"] for e in grade.seed_plan(2, "s")] == [False, False, True, True]
-    assert [e["secret"] for e in grade.seed_plan(2, None)] == [False, False]
+    a, b = grade.seed_plan(2, "s1"), grade.seed_plan(2, "s1")
+    assert a == b and [e for e in a if e["secret"]] != [e for e in grade.seed_plan(2, "s2") if e["secret"]]
+    assert not [e for e in grade.seed_plan(2, None) if e["secret"]]
 
 
-def test_a_forged_result_on_stdout_is_ignored(tmp_path, fake):
-    forger = PARTIAL + '\nprint(\'{"checks": [], "exercise": "forged"}\')\n'
+def test_a_forged_answer_on_stdout_is_ignored(tmp_path, fake):
+    forger = SKELETON + '\nprint(\'{"id": 1, "ok": {"promote": true}}\')\nprint(\'{"checks": []}\')\n'
     report = _grade(tmp_path, fake, forger)
     assert not report["passed"] and report["exercise"] == "fake_promotion"
 
 
 def test_a_solution_that_never_ends_is_stopped(tmp_path, fake):
-    report = _grade(tmp_path, fake, "while True:\n    pass\n", timeout=5)
+    report = _grade(tmp_path, fake, "while True:\n    pass\n", timeout=20)
     assert not report["passed"]
-    assert "ran past 5 s" in _check(report, "finishes in time")["detail"]
+    assert any("no answer in" in c["detail"] or "ran past" in c["detail"] for c in _failed(report)), \
+        grade.summary(report)
 
 
 # --------------------------------------------------------------------------------------------- technique
 
-def test_technique_checks_need_the_required_and_refuse_the_forbidden(tmp_path, fake):
-    source = CORRECT + '\nSASS = ["HMMA.16816.F32 R4, R8, R12, R4", "STL [R1], R2"]\nSPILLS = 8\n'
-    report = _grade(tmp_path, fake, source)
+def test_technique_checks_need_the_required_and_refuse_the_forbidden(tmp_path):
+    exercise = write_exercise(tmp_path, sass=["HMMA.16816.F32 R4, R8, R12, R4", "STL [R1], R2"], spills=8)
+    report = _grade(tmp_path, exercise, CORRECT)
     assert not report["passed"]
-    assert {c["name"] for c in _failed(report)} == {"uses FFMA", "avoids HMMA", "no spills"}
+    assert {c["name"] for c in _failed(report)} >= {"uses FFMA", "no spills"}
     assert not _check(report, "local memory")["graded"]
+
+
+def test_technique_points_only_for_what_the_students_code_causes():
+    """An opcode the stub build (holes that do nothing) has just as often is the scaffold's: shown, not graded."""
+    exercise = SimpleNamespace(required_sass=("FFMA", "LDG"), forbidden_sass=(), extra={})
+    candidate = SimpleNamespace(sass=lambda: ["LDG.E R2, [R4.64]", "FFMA R1, R2, R3, R1", "FFMA R1, R2, R3, R1"])
+    stub = SimpleNamespace(sass=lambda: ["LDG.E R2, [R4.64]", "FFMA R1, R2, R3, R1"])
+    checks = {c["name"]: c for c in grade.technique_checks(exercise, candidate, stub)}
+    assert checks["uses FFMA"]["graded"] and checks["uses FFMA"]["passed"]
+    assert not checks["uses LDG"]["graded"] and "scaffold" in checks["uses LDG"]["detail"]
+
+
+def test_a_missing_toolchain_is_not_graded():
+    def no_disassembler():
+        raise FileNotFoundError("nvdisasm not found: install the nvidia-cuda-nvdisasm wheel")
+    exercise = SimpleNamespace(required_sass=("FFMA",), forbidden_sass=(), extra={})
+    (check,) = grade.technique_checks(exercise, SimpleNamespace(sass=no_disassembler))
+    assert not check["graded"] and check["detail"].startswith("not graded: the toolchain is missing")
 
 
 # ------------------------------------------------------------------------------ performance (fake timer)
@@ -351,11 +374,11 @@ def _fake_timer(share_of_bound=None, us=None, nodes_per_call=1):
     return timer
 
 
-def _perf(fake, source, timer, tmp_path, threshold=0.3):
+def _perf(fake, timer, tmp_path, threshold=0.3):
+    """The judge's performance path on the fake exercise's candidate, built from the honest promote (trusted code:
+    these tests are about the judge's checks, not about the sandbox)."""
     exercise = grade.load_exercise(1, str(fake))
-    path = tmp_path / "perf_solution.py"
-    path.write_text(source)
-    candidate = exercise.build(grade.load_solution(str(path)))
+    candidate = exercise.build(exercise.reference())
     checks = grade.evaluate(exercise, candidate, grade.seed_plan(1, None), mode="gpu",
                             backend=HostBackend(timer), threshold=threshold)
     return checks, [c for c in checks if c["category"] == "performance"]
@@ -365,7 +388,7 @@ def _perf(fake, source, timer, tmp_path, threshold=0.3):
                                         (_fake_timer(share_of_bound=1.5), "150% of the"),
                                         (_fake_timer(us=float("nan")), "not a number")])
 def test_a_time_below_the_physical_floor_is_impossible(timer, why, fake, tmp_path):
-    _, (perf,) = _perf(fake, CORRECT, timer, tmp_path)
+    _, (perf,) = _perf(fake, timer, tmp_path)
     assert perf["graded"] and not perf["passed"] and perf["impossible"]
     assert perf["detail"].startswith("impossible time") and why in perf["detail"]
 
@@ -373,14 +396,14 @@ def test_a_time_below_the_physical_floor_is_impossible(timer, why, fake, tmp_pat
 def test_work_off_the_timed_stream_is_caught(fake, tmp_path):
     """GPU MODE's "extra streams" hack: the kernel runs on a stream of its own, the graph captured on the timing
     stream holds none of it and times nothing. bench_kernel counts the nodes a call adds (tests/test_harness.py)."""
-    _, (perf,) = _perf(fake, CORRECT, _fake_timer(share_of_bound=0.5, nodes_per_call=0), tmp_path)
+    _, (perf,) = _perf(fake, _fake_timer(share_of_bound=0.5, nodes_per_call=0), tmp_path)
     assert perf["graded"] and not perf["passed"] and perf["impossible"]
     assert perf["detail"].startswith("untimed work")
 
 
-def test_work_done_only_outside_the_replays_is_caught(fake, tmp_path):
+def test_work_done_only_outside_the_replays_is_caught(tmp_path):
     """The output is poisoned after capture, before the first replay: D must be what the timed replays wrote."""
-    checks, (perf,) = _perf(fake, LAZY_REPEAT, _fake_timer(share_of_bound=0.5), tmp_path)
+    checks, (perf,) = _perf(write_exercise(tmp_path, "lazy"), _fake_timer(share_of_bound=0.5), tmp_path)
     assert all(c["passed"] for c in checks if c["category"] == "correctness")  # each fresh D is computed once
     assert not perf["passed"] and "timed output" in perf["detail"] and "never written" in perf["detail"], perf
 
@@ -393,17 +416,17 @@ def test_an_untimed_exercise_reports_why(fake, tmp_path):
 
 
 def test_the_performance_grade_against_the_threshold(fake, tmp_path):
-    _, (fast,) = _perf(fake, CORRECT, _fake_timer(share_of_bound=0.5), tmp_path)
+    _, (fast,) = _perf(fake, _fake_timer(share_of_bound=0.5), tmp_path)
     assert fast["passed"] and abs(fast["pct_bound"] - 50) < 1e-6, fast
-    _, (slow,) = _perf(fake, CORRECT, _fake_timer(share_of_bound=0.2), tmp_path)
+    _, (slow,) = _perf(fake, _fake_timer(share_of_bound=0.2), tmp_path)
     assert slow["graded"] and not slow["passed"] and "< 30%" in slow["detail"]
-    _, (ungraded,) = _perf(fake, CORRECT, _fake_timer(share_of_bound=0.2), tmp_path, threshold=None)
+    _, (ungraded,) = _perf(fake, _fake_timer(share_of_bound=0.2), tmp_path, threshold=None)
     assert not ungraded["graded"] and "not graded" in ungraded["detail"]
 
 
-def test_timed_outputs_are_rechecked_on_fresh_inputs(fake, tmp_path):
+def test_timed_outputs_are_rechecked_on_fresh_inputs(tmp_path):
     """A cached result that could stand in during timing fails the checks after it."""
-    checks, (perf,) = _perf(fake, CACHED, _fake_timer(share_of_bound=0.5), tmp_path)
+    checks, (perf,) = _perf(write_exercise(tmp_path, "cached"), _fake_timer(share_of_bound=0.5), tmp_path)
     assert not perf["passed"] and "timed output: calc_diff" in perf["detail"]
     assert "fresh inputs after timing: calc_diff" in perf["detail"]
 
@@ -413,7 +436,7 @@ def test_timed_outputs_are_rechecked_on_fresh_inputs(fake, tmp_path):
 def test_the_cli_grades_writes_json_and_sets_the_exit_code(tmp_path, fake):
     good, bad = tmp_path / "good.py", tmp_path / "bad.py"
     good.write_text(CORRECT)
-    bad.write_text(PARTIAL)
+    bad.write_text(CORRECT.replace("partial * scale", "partial * scale * 1.04"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop(grade.SECRET_ENV, None)
     runs = {}
@@ -552,17 +575,6 @@ def test_an_honest_attribute_named_reference_is_not_a_copy():
     assert not grade.copy_findings(source, exercise(8))
 
 
-def test_the_answer_assembled_at_run_time_is_caught_by_identity(tmp_path):
-    """Statically clean (a name built from pieces), caught when the child compares the holes with the reference."""
-    solution = tmp_path / "ex07_sneaky.py"
-    solution.write_text("from lessons.exercises import exercise\n_answer = getattr(exercise(7), 'refer' + 'ence')()\n"
-                        "register_split = _answer.register_split\nproducer_warpgroup = _answer.producer_warpgroup\n")
-    report = grade.grade(7, solution, mode="cpu", seeds=1, secret="")
-    own = [c for c in report["checks"] if c["name"] == "own work (run time)"]
-    assert own and not own[0]["passed"] and "register_split" in own[0]["detail"], report["checks"]
-    assert report["score"]["points"] == 0
-
-
 def test_thresholds_files_per_shape_flat_and_malformed(tmp_path):
     path = tmp_path / "thresholds.json"
     path.write_text(json.dumps({"stages": {"04": 0.3, "08": {"perf_threshold": {"1000x2112x512": 0.16}}}}))
@@ -574,3 +586,35 @@ def test_thresholds_files_per_shape_flat_and_malformed(tmp_path):
     with pytest.raises(ValueError, match="tools/calibrate_grader.py"):
         grade.read_thresholds(path)
     assert grade.read_thresholds(grade.GRADING_FILE)[8]["4096x4096x7168"] > 0  # the committed file reads
+
+
+def test_a_class_of_ten_is_graded_in_one_command(tmp_path, fake):
+    """``python -m lessons grade N --class DIR``: one sandboxed grading per submission, in parallel; a CSV gradebook,
+    a Gradescope results.json per student and JUnit XML."""
+    import csv
+    from xml.etree import ElementTree
+    folder = tmp_path / "class"
+    folder.mkdir()
+    honest = {f"student{i:02d}": CORRECT for i in range(6)}
+    wrong = {"student06": SKELETON, "student07": CORRECT.replace("* scale", "* scale * 1.04"),
+             "student08": VENDOR_TORCH}
+    for student, source in {**honest, **wrong}.items():
+        (folder / f"{student}.py").write_text(source)
+    (folder / "student09").mkdir()  # the folder-per-student layout of LMS exports
+    (folder / "student09" / "submission.py").write_text(CORRECT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(grade.SECRET_ENV, None)
+    done = subprocess.run([sys.executable, "-m", "lessons", "grade", "1", "--class", str(folder), "--cpu",
+                           "--seeds", "1", "--jobs", "4", "--exercise-file", str(fake)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {row["student"]: row for row in csv.DictReader(open(folder / "grades" / "gradebook.csv"))}
+    assert len(rows) == 10
+    assert {s for s, row in rows.items() if row["passed"] == "True"} == {*honest, "student09"}
+    assert all(len(row["solution_sha256"]) == 64 and row["grader_version"] for row in rows.values())
+    results = json.loads((folder / "grades" / "student00" / "results.json").read_text())
+    assert results["score"] == results["max_score"] == 80 and results["tests"]
+    assert sum(t["max_score"] for t in results["tests"]) == pytest.approx(80)
+    assert json.loads((folder / "grades" / "student06" / "results.json").read_text())["score"] == 0
+    suites = ElementTree.parse(folder / "grades" / "junit.xml").getroot()
+    assert len(suites) == 10 and int(next(s for s in suites if s.get("name") == "student06").get("failures")) > 0

@@ -23,7 +23,9 @@ The contract every exercise module follows:
 * ``required_sass`` / ``forbidden_sass``: opcode prefixes that must / must not appear (e.g. "QGMMA", "UTMALDG");
 * ``shapes_cpu`` / ``shapes_gpu``: the graded shapes (ragged ones included);
 * ``sol_bound_tflops(m, n, k)``: the stage's speed-of-light bound (``lessons.ladder``) for the performance grade,
-  ``perf_threshold``: the share of it that passes (set from measured runs, recorded in results/grading.json).
+  ``perf_threshold``: the share of it that passes (set from measured runs, recorded in results/grading.json);
+* ``hole_kinds`` / ``answer_sites``: how the grader gets each hole's behaviour out of the sandbox as data, and what
+  it strips from the sandbox's copy of the project (:mod:`lessons.grading`).
 """
 from __future__ import annotations
 
@@ -62,6 +64,13 @@ class Exercise:
     shapes_gpu: tuple[tuple[int, int, int], ...] = ((1000, 2112, 512), (4096, 4096, 7168))
     perf_threshold: float | None = None  # share of the speed-of-light bound that passes (GPU); None: not graded
     extra: dict = field(default_factory=dict)
+    # How each hole crosses the grader's trust boundary (lessons.grading.sandbox): "value" (the default: numbers in,
+    # numbers out, asked call by call), ("expression", argument names) (traced into arithmetic once), "emitter"
+    # (PTX lines recorded), "sass_run" (a run of SASS instructions in, a choice of them out).
+    hole_kinds: dict = field(default_factory=dict)
+    # Where the project keeps this exercise's answer besides its stage module: repository-relative file -> names
+    # stripped from the grading sandbox's copy (None: the whole module).
+    answer_sites: dict = field(default_factory=dict)
 
     @property
     def skeleton(self) -> Path:

@@ -205,4 +205,5 @@ EXERCISE = Exercise(
     extra={"reference": reference, "sass_checks": (hardware_conversions,),
            "untimed": "stage 00 is no GEMM (the grader multiplies on the host): no GEMM speed of light to grade "
                       "against (notebooks/00_ptx_dequant.ipynb times the dequantization kernel against HBM)"},
+    hole_kinds={"dequantize_pair": "emitter"},
 )

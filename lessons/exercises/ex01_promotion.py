@@ -41,10 +41,9 @@ import importlib, importlib.util, json, sys
 import lessons
 from lessons.numba_fp8 import kernel_ptx
 module = importlib.import_module(sys.argv[1])
-if sys.argv[2]:
-    spec = importlib.util.spec_from_file_location("student_solution", sys.argv[2])
-    solution = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(solution)
+if sys.argv[2] == "data":  # a graded solution: its holes rebuilt from the data the grader's oracle answered
+    from lessons.grading.sandbox import rebuild
+    solution = rebuild(json.loads(sys.stdin.read()))
 else:
     solution = module.EXERCISE.reference()
 candidate = module.EXERCISE.build(solution)
@@ -80,14 +79,17 @@ class NumbaCandidate:
         _stage(self.stage).gemm(a, sa, b, sb, d, stream=stream, kernel=self.kernel)
 
     def ptx(self) -> str:
-        """PTX of the kernel for cc 9.0 (NVVM), compiled in a child process without the simulator."""
-        path = getattr(self.solution, "__file__", None) or ""
-        if not path and not getattr(self.solution, "is_reference", False):
-            raise RuntimeError("the solution is not a file: cannot compile it in a child process")
+        """PTX of the kernel for cc 9.0 (NVVM), compiled in a child process without the simulator (a graded solution's
+        holes reach it as data: :meth:`lessons.grading.sandbox.Oracle.as_data`)."""
+        as_data = getattr(self.solution, "as_data", None)
+        if as_data is None and not getattr(self.solution, "is_reference", False):
+            raise RuntimeError("the solution's holes are not data (lessons.grading.sandbox): cannot compile it in a "
+                               "child process")
         env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0",
                    PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-        result = subprocess.run([sys.executable, "-c", _SASS_CHILD, self.module_name, path], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=600)
+        result = subprocess.run([sys.executable, "-c", _SASS_CHILD, self.module_name, "data" if as_data else ""],
+                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+                                input=json.dumps(as_data()) if as_data else "")
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
             raise RuntimeError(f"numba.cuda.compile_ptx failed: {last}")
@@ -170,7 +172,9 @@ EXERCISE = Exercise(
     build=build,
     required_sass=("FFMA",),
     forbidden_sass=NUMBA_FORBIDDEN,
-    shapes_cpu=((5, 130, 128), (33, 9, 256)),
+    # K >= 512: four K groups or more, so a promotion applied once (or per product) cannot pass
+    shapes_cpu=((5, 40, 512), (17, 9, 640)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
+    hole_kinds={"promote": ("expression", ("total", "partial", "sa_value", "sb_value"))},
 )

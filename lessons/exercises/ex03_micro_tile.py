@@ -91,4 +91,5 @@ EXERCISE = Exercise(
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
     extra={"checks": (ownership,), "sass_checks": (wide_shared_loads,)},
+    hole_kinds={"micro_offset": ("expression", ("i", "thread"))},
 )

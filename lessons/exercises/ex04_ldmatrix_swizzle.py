@@ -109,4 +109,6 @@ EXERCISE = Exercise(
     shapes_cpu=((70, 200, 256), (130, 9, 128)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
+    hole_kinds={"a_fragment_offset": ("expression", ("warp_m", "lane", "m_tile", "k_step")),
+                "b_fragment_offset": ("expression", ("warp_n", "lane", "n_pair", "k_step"))},
 )

@@ -61,4 +61,6 @@ EXERCISE = Exercise(
     shapes_cpu=((70, 200, 256), (130, 9, 128)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
+    answer_sites={"ptx/vocab/wgmma.py": ("descriptor_bits", "descriptor_constant_part", "descriptor_value",
+                                          "wgmma_descriptor")},
 )

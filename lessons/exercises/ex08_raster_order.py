@@ -67,7 +67,17 @@ def build(solution):
         return config.replace(raster_group=2, stages=min(config.stages, 3))
 
     return HoledKernel(stage.config, lambda m, n, k: dict(tile_coords=solution.tile_coords, rows=m),
-                       cpu_config_of=cpu_config, check=lambda: check_order(solution))
+                       cpu_config_of=cpu_config)
+
+
+def raster_order(solution) -> list[str]:
+    """The tiles come in the stage's grouped raster order (the prompt's). Any bijection computes D right (the
+    correctness checks see a map that is not one); the order is the technique."""
+    try:
+        check_order(solution)
+    except AssertionError as error:
+        return [str(error)]
+    return []
 
 
 EXERCISE = Exercise(
@@ -84,4 +94,6 @@ EXERCISE = Exercise(
     shapes_cpu=((130, 136, 384), (200, 328, 512)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
+    extra={"checks": (raster_order,)},
+    answer_sites={"gemm/kernel/scheduler.py": ("tile_coords", "schedule")},
 )

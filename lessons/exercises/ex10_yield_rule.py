@@ -122,4 +122,6 @@ EXERCISE = Exercise(
     shapes_cpu=((200, 200, 384), (130, 264, 512)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
+    hole_kinds={"select_flips": "sass_run"},
+    answer_sites={"ptx/passes.py": ("_select_deepgemm", "_select_every_other", "_SELECT", "choose_flips")},
 )

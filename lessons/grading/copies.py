@@ -1,0 +1,128 @@
+"""Is a hole the stage's own code? A comparison of syntax trees, blind to names, docstrings, comments and layout.
+
+A solution's hole function and each of the stage's own functions for it (the reference's hole functions and the
+functions the exercise's ``answer_sites`` name) are parsed, then normalised: the docstring dropped, the function's
+own name, its parameters and every local variable renamed in order of first appearance (``v0``, ``v1``, ...), every
+string emptied (reworded messages), and the tree dumped without positions. Equal dumps mean the same code with other names and formatting: reported as
+copied (``python -m lessons grade --allow-copies`` lets an instructor accept them). Restructured code (other
+operations, another order) is not a copy by this test: that is writing it.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Renamer(ast.NodeTransformer):
+    """Parameters and names assigned inside the function become v0, v1, ... (globals and attributes stay)."""
+
+    def __init__(self, local_names):
+        self.names: dict[str, str] = {}
+        self.local = set(local_names)
+
+    def _rename(self, name: str) -> str:
+        if name not in self.local:
+            return name
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def visit_arg(self, node):
+        node.arg = self._rename(node.arg)
+        node.annotation = None
+        return node
+
+    def visit_Name(self, node):
+        node.id = self._rename(node.id)
+        return node
+
+    def visit_Constant(self, node):  # messages and keys reworded are still the same code
+        return ast.Constant("") if isinstance(node.value, str) else node
+
+    def visit_JoinedStr(self, node):
+        return ast.Constant("")
+
+
+def _local_names(function: ast.AST) -> set[str]:
+    names = {a.arg for a in ast.walk(function) if isinstance(a, ast.arg)}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+    return names
+
+
+def normalized(function: ast.FunctionDef | ast.Lambda) -> str:
+    """The function's body and signature, names and formatting removed (see the module docstring)."""
+    function = ast.parse(ast.unparse(function)).body[0]  # a private copy
+    if isinstance(function, ast.Expr):
+        function = function.value
+    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        body = function.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            function.body = body[1:] or [ast.Pass()]
+        function.name = "f"
+        function.returns = None
+        function.decorator_list = []
+    renamer = _Renamer(_local_names(function))
+    renamer.visit(function)
+    return ast.dump(function, annotate_fields=False, include_attributes=False)
+
+
+def functions_in(source: str) -> dict[str, ast.FunctionDef]:
+    """The module-level functions of ``source`` by name (nested ones too, for methods and closures)."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.setdefault(node.name, node)
+    return found
+
+
+def stage_functions(exercise) -> list[ast.AST]:
+    """The stage's own code for the exercise's holes: the reference's hole functions (their source) and every
+    function its ``answer_sites`` name."""
+    nodes = []
+    try:
+        reference = exercise.reference()
+    except Exception:  # noqa: BLE001 - an exercise without a reference: only the answer sites count
+        reference = None
+    for hole in exercise.holes:
+        function = getattr(reference, hole, None)
+        function = getattr(function, "py_func", function)
+        try:
+            source = textwrap.dedent(inspect.getsource(function))
+            node = ast.parse(source).body[0]
+        except (TypeError, OSError, SyntaxError, IndexError):
+            continue
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+            node = node.value
+        nodes.append(node)
+    for relative, names in (getattr(exercise, "answer_sites", {}) or {}).items():
+        path = ROOT / relative
+        if not path.is_file():
+            continue
+        functions = functions_in(path.read_text())
+        for name in (functions if names is None else names):
+            if name in functions:
+                nodes.append(functions[name])
+    return nodes
+
+
+def copied_holes(source: str, exercise) -> list[str]:
+    """The holes of ``source`` whose code is the stage's own, names and formatting aside."""
+    try:
+        mine = functions_in(source)
+    except SyntaxError:
+        return []
+    theirs = set()
+    for node in stage_functions(exercise):
+        try:
+            theirs.add(normalized(node))
+        except SyntaxError:
+            continue
+    return [hole for hole in exercise.holes if hole in mine and normalized(mine[hole]) in theirs]
+
+
+__all__ = ["normalized", "copied_holes", "stage_functions", "functions_in"]

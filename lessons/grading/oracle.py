@@ -1,0 +1,200 @@
+"""The sandboxed child of a grading run: it loads the student's file and answers the judge's questions about its
+holes with plain data, nothing else (:mod:`lessons.grading.sandbox` starts it, :mod:`lessons.grade` is the judge).
+
+It runs in a temporary working directory, against a read-only copy of the project from which the exercise's own
+implementation is stripped, with a scrubbed environment, resource limits and an audit hook installed *before* the
+student's code is read (:func:`lock_down`). The hook refuses, for everything that runs after it:
+
+* reading the real repository (any path under it but the Python installation) or another run's temporary files;
+* writing anywhere but this run's temporary directory;
+* starting processes (fork, exec, spawn, subprocess, os.system) and opening sockets;
+* running anything of ctypes (loading a library, calling a function pointer, raw memory), importing cffi.
+
+The protocol: one JSON object a line on stdin, one answer a line on the original stdout (the student's prints go to
+stderr). Requests: ``{"id", "op": "hello" | "call" | "trace" | "emit" | "bye", "hole", "args", "arity", "kind"}``;
+answers ``{"id", "ok": data}`` or ``{"id", "error": {"type", "message", "traceback"}}``. Nothing the answers say is
+trusted: the judge validates every value and builds, runs and checks the kernel itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
+                            "subprocess.Popen", "pty.spawn", "os.startfile", "socket.__new__", "socket.connect",
+                            "socket.bind", "os.kill", "os.killpg", "signal.pthread_kill", "sys.remote_exec"})
+BLOCKED_IMPORTS = frozenset({"cffi", "_cffi_backend", "_posixsubprocess", "socket", "_socket", "multiprocessing",
+                             "_multiprocessing"})
+# ctypes itself may be imported (NumPy does), but nothing of it may run: every ctypes audit event is refused
+# (loading a library, looking up a symbol, calling a function pointer, reading raw memory).
+LIMITS = {"RLIMIT_CPU": 300, "RLIMIT_AS": 8 << 30, "RLIMIT_FSIZE": 64 << 20, "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}
+
+
+class SandboxViolation(PermissionError):
+    """Something the grading sandbox refuses (the message says what)."""
+
+
+def _refuse_spawn(*args, **kwargs):
+    raise SandboxViolation("the grading sandbox refuses starting processes")
+
+
+def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
+    """Resource limits, then the audit hook (irreversible: CPython has no way to remove one). ``subprocess`` is
+    imported first (project modules import it) and its unaudited fork primitive disarmed; Popen is audited."""
+    import resource
+    import subprocess  # noqa: F401 - loaded before the hook, so importing it later is no import event
+    import _posixsubprocess
+    _posixsubprocess.fork_exec = _refuse_spawn
+    try:  # NumPy loads shared libraries through ctypes at import: before the hook refuses ctypes
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+    for name, value in LIMITS.items():
+        which = getattr(resource, name, None)
+        if which is not None:
+            try:
+                soft, hard = resource.getrlimit(which)
+                value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+                resource.setrlimit(which, (value, value))
+            except (ValueError, OSError):
+                pass
+    real = os.path.realpath
+    workdir, copy, repository, temp_root = (real(p) for p in (workdir, copy, repository, temp_root))
+    python_dirs = tuple(sorted({real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}))
+
+    def inside(path: str, folder: str) -> bool:
+        return path == folder or path.startswith(folder + os.sep)
+
+    def readable(path: str) -> bool:
+        if inside(path, workdir) or inside(path, copy) or any(inside(path, d) for d in python_dirs):
+            return True
+        return not inside(path, repository) and not inside(path, temp_root)
+
+    def hook(event: str, args) -> None:
+        if event in PROCESS_EVENTS:
+            raise SandboxViolation(f"the grading sandbox refuses {event} (no processes, no network)")
+        if event.startswith("ctypes."):
+            raise SandboxViolation(f"the grading sandbox refuses {event} (no foreign code, no raw memory)")
+        if event == "import" and args and str(args[0]).split(".")[0] in BLOCKED_IMPORTS:
+            raise SandboxViolation(f"the grading sandbox refuses importing {args[0]}")
+        if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            path = real(os.fsdecode(args[0]))
+            mode, flags = (args[1] if len(args) > 1 else "r") or "r", args[2] if len(args) > 2 else 0
+            writing = any(c in str(mode) for c in "wax+") or bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+            if writing and not inside(path, workdir):
+                raise SandboxViolation(f"the grading sandbox refuses writing {path} (only the working directory)")
+            if not readable(path):
+                raise SandboxViolation(f"the grading sandbox refuses reading {path}")
+        if event in ("os.listdir", "os.scandir", "os.chdir", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
+                     "os.chmod", "os.symlink", "os.link", "shutil.rmtree", "shutil.copytree", "shutil.move") and args:
+            path = args[0]
+            if isinstance(path, (str, bytes, os.PathLike)):
+                path = real(os.fsdecode(path))
+                changing = event not in ("os.listdir", "os.scandir", "os.chdir")
+                if (changing and not inside(path, workdir)) or (not changing and not readable(path)):
+                    raise SandboxViolation(f"the grading sandbox refuses {event} on {path}")
+
+    sys.addaudithook(hook)
+
+
+def plain(value, depth: int = 0):
+    """``value`` as JSON data (tuples become lists; numpy scalars become numbers), or a TypeError naming it."""
+    if depth > 8:
+        raise TypeError("the hole returned data nested more than 8 deep")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "shape", None) == ():
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        if len(value) > 100000:
+            raise TypeError("the hole returned more than 100000 items")
+        return [plain(v, depth + 1) for v in value]
+    raise TypeError(f"the hole returned a {type(value).__name__}; holes return numbers, or tuples/lists of them")
+
+
+def _decode_args(kind: str | None, args):
+    """Arguments the judge sent as data, as the hole expects them (``sass_run``: ptx.sass.Instruction objects)."""
+    if kind == "sass_run":
+        from types import SimpleNamespace
+        try:
+            from ptx.sass import Instruction
+        except Exception:  # noqa: BLE001 - a namespace with the same fields serves as well
+            Instruction = lambda **fields: SimpleNamespace(**fields)  # noqa: E731
+        run = [Instruction(function=i["function"], offset=i["offset"], text=i["text"], opcode=i["opcode"],
+                           encoding=int(i["encoding"], 16)) for i in args[0]]
+        return [run]
+    return args
+
+
+def _encode_result(kind: str | None, value):
+    if kind == "sass_run":
+        return [[getattr(i, "function", None), getattr(i, "offset", None)] for i in value]
+    return plain(value)
+
+
+def answer(solution, request: dict):
+    from lessons.grading import traced
+    op = request.get("op")
+    if op == "hello":
+        return {name: callable(getattr(solution, name, None)) for name in request.get("holes", [])}
+    function = getattr(solution, str(request.get("hole")), None)
+    if not callable(function):
+        raise AttributeError(f"the solution defines no function {request.get('hole')!r}")
+    function = getattr(function, "py_func", function)  # a Numba dispatcher: the Python function it wraps
+    if op == "call":
+        kind = request.get("kind")
+        return _encode_result(kind, function(*_decode_args(kind, request.get("args", []))))
+    if op == "trace":
+        return traced.trace(function, int(request["arity"]))
+    if op == "emit":
+        return traced.record_emitter(function, *request.get("args", []))
+    raise ValueError(f"unknown request {op!r}")
+
+
+def main(argv) -> int:
+    workdir, copy, repository, temp_root, solution_file = argv
+    answers = os.fdopen(os.dup(1), "w")  # the protocol's channel; fd 1 becomes stderr for the student's prints
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    requests = sys.stdin
+    lock_down(workdir, copy, repository, temp_root)
+    try:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("solution", solution_file)
+        solution = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(solution)
+        load_error = None
+    except BaseException as error:  # noqa: BLE001 - SystemExit included: reported, not obeyed
+        solution, load_error = None, error
+        load_trace = traceback.format_exc()
+    for line in requests:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            continue
+        if request.get("op") == "bye":
+            break
+        reply = {"id": request.get("id")}
+        try:
+            if load_error is not None:
+                reply["error"] = {"type": "LoadError", "message": f"{type(load_error).__name__}: {load_error}",
+                                  "traceback": load_trace[-3000:]}
+            else:
+                reply["ok"] = answer(solution, request)
+        except BaseException as error:  # noqa: BLE001 - the student's code: every failure is an answer
+            reply = {"id": request.get("id"), "error": {"type": type(error).__name__, "message": str(error)[:4000],
+                                                        "traceback": traceback.format_exc()[-3000:]}}
+        try:
+            text = json.dumps(reply, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            text = json.dumps({"id": request.get("id"), "error": {"type": "TypeError", "message": str(error),
+                                                                   "traceback": ""}})
+        answers.write(text + "\n")
+        answers.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,176 @@
+"""Each kind of attempt to pass without doing the exercise (issue 19's list), against the real grader on CPU.
+
+The target is exercise 05 (one value hole, ``descriptor_bits``; graded in about a second): an attempt passes only if
+it makes the judge accept a descriptor it did not compute. Every attempt below either changes nothing the judge
+sees (it runs in the sandboxed oracle, not in the judge), finds the answer stripped from the sandbox's copy of the
+project, or is refused by the sandbox, and the report says FAILED. The honest solution, written from the prompt,
+passes; it is here only as the control of the same harness (the course's honest solutions stay out of the
+repository).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from lessons import grade
+from lessons.grading.sandbox import Oracle
+
+ROOT = Path(__file__).resolve().parent.parent
+UNFILLED = '''
+def descriptor_bits(start_address, leading_byte_offset, stride_byte_offset, swizzle=128):
+    raise NotImplementedError("fill in")
+'''
+
+
+def run(tmp_path, source: str, stage: int = 5, **kwargs) -> dict:
+    path = tmp_path / "attempt.py"
+    path.write_text(textwrap.dedent(source).replace("ROOT", str(ROOT)))
+    return grade.grade(stage, path, mode="cpu", seeds=1, secret="", **kwargs)
+
+
+def failed_details(report) -> str:
+    return " | ".join(c["detail"] for c in report["checks"] if c["graded"] and not c["passed"])
+
+
+def test_the_control_an_honest_descriptor_passes(tmp_path):
+    report = run(tmp_path, '''
+        def descriptor_bits(start_address, leading_byte_offset, stride_byte_offset, swizzle=128):
+            mode = {0: 0, 128: 1, 64: 2, 32: 3}[swizzle]
+            field = lambda value: (value >> 4) & 0x3FFF
+            return (field(start_address) | field(leading_byte_offset) << 16 | field(stride_byte_offset) << 32
+                    | mode << 62)
+    ''')
+    assert report["passed"], grade.summary(report)
+
+
+# ------------------------------------------------------------------------------- tampering with the judge
+@pytest.mark.parametrize("tamper", [
+    "import __main__\n__main__.judge = lambda *a, **k: {'correct': True, 'why': 'forged'}\n",
+    "import json\njson.dumps = lambda *a, **k: '{\"id\": 1, \"ok\": {\"descriptor_bits\": true}}'\n",
+    "import gemm.fp8\ngemm.fp8.calc_diff = lambda *a, **k: 0.0\n",
+    "import sys\nfor m in list(sys.modules.values()):\n    if hasattr(m, 'judge'):\n        m.judge = lambda *a: None\n",
+])
+def test_patching_the_judge_changes_nothing(tmp_path, tamper):
+    """`import __main__` and patching json, calc_diff or the judge's functions reach only the oracle's process."""
+    report = run(tmp_path, tamper + UNFILLED)
+    assert not report["passed"] and report["score"]["points"] == 0, grade.summary(report)
+
+
+def test_reading_the_judges_frames_finds_nothing(tmp_path):
+    """No nonce, pipe or expected output exists in the oracle to read off a stack frame or the garbage collector."""
+    report = run(tmp_path, '''
+        import gc, inspect
+        found = [o for o in gc.get_objects() if isinstance(o, dict) and ("expected" in o or "nonce" in o)]
+        found += [f.frame.f_locals for f in inspect.stack() if "expected" in f.frame.f_locals]
+
+        def descriptor_bits(start_address, leading_byte_offset, stride_byte_offset, swizzle=128):
+            for scope in found:
+                value = scope.get("expected")
+                if isinstance(value, int):
+                    return value
+            return 0
+    ''')
+    assert not report["passed"], grade.summary(report)
+
+
+# ------------------------------------------------------------------------------- the answer out of reach
+@pytest.mark.parametrize("reach", [
+    "import runpy\n_own = runpy.run_module('ptx.vocab.wgmma')['descriptor_bits']\n",
+    "import runpy\n_own = runpy.run_path('ROOT/ptx/vocab/wgmma.py')['descriptor_bits']\n",
+    "import ptx.vocab.wgmma as w\n_own = getattr(w, 'descriptor_' + 'bits')\n",
+    "import importlib\n_own = importlib.import_module('lessons.exercises.ex05_descriptor').reference().descriptor_bits\n",
+    "import lessons\n_own = lessons.stage(5).descriptor_bits\n",
+    "_ns = {}\nexec(open('ROOT/ptx/vocab/wgmma.py').read(), _ns)\n_own = _ns['descriptor_bits']\n",
+    "import sys\nsys.path.insert(0, 'ROOT')\nfrom ptx.vocab.wgmma import descriptor_bits as _own\n",
+])
+def test_every_path_to_the_stages_own_answer_leads_to_a_hole(tmp_path, reach):
+    """runpy, getattr, importlib, exec and sys.path games: the sandbox's copy has the answer stripped, and the real
+    repository cannot be read from the sandbox."""
+    report = run(tmp_path, '''
+        try:
+    ''' + textwrap.indent(reach, "    ") + '''
+        except BaseException as error:  # an attempt that is refused is still no answer
+            _own = None
+
+        def descriptor_bits(start_address, leading_byte_offset, stride_byte_offset, swizzle=128):
+            if _own is None:
+                return 0
+            return _own(start_address, leading_byte_offset, stride_byte_offset, swizzle)
+    ''')
+    assert not report["passed"], grade.summary(report)
+
+
+def test_a_verbatim_copy_with_other_names_is_flagged(tmp_path):
+    source = (ROOT / "ptx" / "vocab" / "wgmma.py").read_text()
+    from lessons.grading.copies import functions_in
+    import ast
+    copied = ast.unparse(functions_in(source)["descriptor_bits"])
+    for old, new in (("start_address", "s"), ("leading_byte_offset", "lbo"), ("stride_byte_offset", "sbo")):
+        copied = copied.replace(old, new)
+    report = run(tmp_path, copied + "\n")
+    check = next(c for c in report["checks"] if c["name"] == "own work (not a copy)")
+    assert not check["passed"] and check["copied"] == ["descriptor_bits"] and not report["passed"]
+    allowed = run(tmp_path, copied + "\n", allow_copies=True)
+    check = next(c for c in allowed["checks"] if c["name"] == "own work (not a copy)")
+    assert not check["graded"] and "allowed by the instructor" in check["detail"]
+
+
+# ------------------------------------------------------------------------------- the environment
+def test_the_grader_on_disk_cannot_be_edited(tmp_path):
+    target = ROOT / "lessons" / "grade.py"
+    before = hashlib.sha256(target.read_bytes()).hexdigest()
+    report = run(tmp_path, f"open({str(target)!r}, 'a').write('# PASSED for everyone')\n" + UNFILLED)
+    assert hashlib.sha256(target.read_bytes()).hexdigest() == before
+    assert "refuses writing" in failed_details(report), grade.summary(report)
+
+
+@pytest.mark.parametrize("start", [
+    "import os\nif os.fork() == 0:\n    import time\n    time.sleep(3600)\n",
+    "import subprocess\nsubprocess.Popen(['sleep', '3600'])\n",
+    "import os\nos.system('sleep 3600 &')\n",
+    "import multiprocessing\n",
+    "import ctypes\nctypes.CDLL(None).system(b'sleep 3600 &')\n",
+    "import numpy\nnumpy.ctypeslib.ctypes.CDLL(None).system(b'sleep 3600 &')\n",
+])
+def test_no_process_is_started(tmp_path, start):
+    report = run(tmp_path, start + UNFILLED)
+    assert not report["passed"] and "the grading sandbox refuses" in failed_details(report), grade.summary(report)
+
+
+def test_nothing_outlives_grading(tmp_path):
+    """A thread spinning forever in the solution dies with the oracle's process group when grading ends."""
+    path = tmp_path / "spinner.py"
+    path.write_text("import threading\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=False)"
+                    ".start()\n" + UNFILLED)
+    from lessons.exercises import exercise
+    oracle = Oracle(path, exercise(5))
+    assert oracle.defined_holes() == {"descriptor_bits": True}
+    pid = oracle.process.pid
+    oracle.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not oracle.temp.exists()
+
+
+def test_other_students_files_cannot_be_read(tmp_path):
+    """A class graded in parallel: each oracle's files live in a private temporary folder the others cannot read."""
+    from lessons.exercises import exercise
+    neighbour = tmp_path / "neighbour.py"
+    neighbour.write_text("def descriptor_bits(a, b, c, d=128):\n    return 42\n")
+    with Oracle(neighbour, exercise(5)) as other:
+        spy = tmp_path / "spy.py"
+        spy.write_text(f'''
+import glob
+def descriptor_bits(a, b, c, d=128):
+    try:
+        return len(open(glob.glob({str(other.temp)!r} + "/work/*.py")[0]).read())
+    except Exception as error:
+        return type(error).__name__
+''')
+        with Oracle(spy, exercise(5)) as oracle:
+            answer = oracle.solution().descriptor_bits(0, 16, 1024, 128)
+    assert not isinstance(answer, int), answer
