@@ -301,7 +301,7 @@ def promotion_deleted():
     """Within the block, gemm.emulated.run_gemm runs :func:`without_promotion` of each generated kernel."""
     import gemm.emulated
     generate = gemm.emulated.generate
-    gemm.emulated.generate = lambda config, n, k: without_promotion(generate(config, n, k))
+    gemm.emulated.generate = lambda config, n, k, *seams: without_promotion(generate(config, n, k, *seams))
     try:
         yield
     finally:

@@ -36,7 +36,6 @@ import functools
 import numpy as np
 
 from gemm.fp8 import ceil_div
-from gemm.kernel.holes import hole
 from lessons.wgmma_common import BLOCK_K, MathWarpgroups, staging_bytes
 from ptx.builder import KernelBuilder, module
 from ptx.vocab import core
@@ -99,8 +98,8 @@ class Plan:
 
 
 class _Gen:
-    def __init__(self, plan: Plan):
-        self.p = plan
+    def __init__(self, plan: Plan, bookkeeping=None):
+        self.p, self.bookkeeping = plan, bookkeeping
         self.b = KernelBuilder(KERNEL, params=[("tmap", "tmap_a"), ("tmap", "tmap_b"), ("tmap", "tmap_sa"),
                                                ("u64", "sb"), ("u64", "d")],
                                max_threads=plan.threads, min_blocks_per_sm=1)
@@ -183,9 +182,8 @@ class _Gen:
         b.comment(f"prologue: the producer starts K blocks 0..{min(p.ahead, p.kb) - 1} (fresh stages: no waits)")
         skip = b.label("prologue_done")
         e(f"@!{self.is_producer} bra {skip};")
-        # the bookkeeping of ptx.vocab.tma (the stage 06 exercise plugs its own in: gemm.kernel.holes)
-        slot = hole("pipeline_slot", t.pipeline_slot)
-        wait_parity = hole("producer_wait_parity", t.producer_wait_parity)
+        # the bookkeeping of ptx.vocab.tma, or a caller's (the stage 06 exercise: generate_for(..., bookkeeping=))
+        slot, wait_parity = self.bookkeeping or (t.pipeline_slot, t.producer_wait_parity)
         for j in range(min(p.ahead, p.kb)):
             self.issue_tma(self.stage_addresses(_bit_or_stage(slot(j, p.stages)[0], p.stages)), j)
         b.place(skip)
@@ -259,9 +257,10 @@ def generate(m: int, n: int, k: int) -> str:
     return generate_for(Plan(m, n, k))
 
 
-def generate_for(plan: Plan) -> str:
-    """The PTX text for an explicit plan (tests use it to force a block shape)."""
-    return _Gen(plan).build()
+def generate_for(plan: Plan, bookkeeping=None) -> str:
+    """The PTX text for an explicit plan (tests use it to force a block shape). ``bookkeeping``: a pair
+    (pipeline_slot, producer_wait_parity) like ptx.vocab.tma's, in their place (the stage 06 exercise)."""
+    return _Gen(plan, bookkeeping).build()
 
 
 @functools.lru_cache(maxsize=None)
@@ -307,11 +306,12 @@ def gemm(a, sa, b, sb, d, stream=None) -> None:
                   shared_bytes=plan.shared_bytes, stream=stream)
 
 
-def emulate(a, sa, b, sb, *, seed=None, blocks: tuple[int, int] | None = None) -> np.ndarray:
+def emulate(a, sa, b, sb, *, seed=None, blocks: tuple[int, int] | None = None, bookkeeping=None) -> np.ndarray:
     """Run this stage's generated PTX on the CPU (ptx.emulate, each CTA as cooperatively scheduled
     warpgroups, TMA through the tensor maps :func:`tensor_map_specs` describes) for host operands in the
     gemm.fp8 contract; D as float32, NaN where the kernel wrote nothing. ``seed``: pick the next warpgroup at
-    random instead of round-robin; ``blocks``: force a block shape (as Plan takes it).
+    random instead of round-robin; ``blocks``: force a block shape (as Plan takes it); ``bookkeeping``: as
+    :func:`generate_for` takes it.
     ``ptx.emulate.run_stage(stage, ...)`` adds a report and edits."""
     from gemm.fp8 import align, bf16_to_float
     from ptx.emulate import FakeTensorMap, run_kernel
@@ -326,6 +326,6 @@ def emulate(a, sa, b, sb, *, seed=None, blocks: tuple[int, int] | None = None) -
                                 spec["box"], spec["swizzle"])
             for name, spec in tensor_map_specs(plan, align(m, 4)).items()}
     d = np.full((m, n), 0x7FC0, np.uint16)  # BF16 NaN: what the kernel never writes stays NaN
-    run_kernel(generate_for(plan), KERNEL, plan.grid, plan.threads, plan.shared_bytes,
+    run_kernel(generate_for(plan, bookkeeping), KERNEL, plan.grid, plan.threads, plan.shared_bytes,
                dict(**maps, sb=np.ascontiguousarray(sb, np.float32), d=d), seed=seed)
     return bf16_to_float(d)

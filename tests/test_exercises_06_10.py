@@ -111,7 +111,7 @@ def test_07_producer_first_is_also_correct(rng):
 
 def test_08_a_raster_that_repeats_a_tile_leaves_output_unwritten(rng):
     from gemm.emulated import run_gemm
-    from gemm.kernel.holes import hole_override
+    from gemm.kernel.seams import Seams
     from gemm.kernel.scheduler import tile_coords
     ex = exercise(8)
 
@@ -123,8 +123,7 @@ def test_08_a_raster_that_repeats_a_tile_leaves_output_unwritten(rng):
     assert np.isnan(d).any()
     m, n, k = ex.shapes_cpu[0]  # the same hole through the kernel alone: a NaN block where no tile wrote
     config = exercise(8).build(ex.reference()).cpu_config_of(m, n, k)
-    with hole_override(tile_coords=repeats, rows=m):
-        d = run_gemm(config, *problem, sm_count=3)
+    d = run_gemm(config, *problem, sm_count=3, seams=Seams(tile_coords=repeats, rows=m))
     assert np.isnan(d).any()
     # a bijection in another order computes D right: the order is the technique check, not a correctness one
     row_major = SimpleNamespace(tile_coords=lambda t, mb, nb, group: divmod(t, nb))
@@ -155,25 +154,34 @@ def test_10_other_rules_are_caught():
 
 # -- the seams change nothing by default --------------------------------------------------------------------
 def test_seams_are_byte_identical_by_default():
+    """Seams are an argument, part of the cache key: the generator's own answers give its own PTX, a table gives
+    another kernel, and the default is never served a kernel built with someone's function."""
     import lessons
     from gemm.kernel import generate
-    from gemm.kernel.holes import hole_override
+    from gemm.kernel.seams import NO_SEAMS, Seams
     from gemm.kernel.scheduler import tile_coords
     m, n, k = 1000, 2112, 512
     for stage in (7, 8, 9):
         config = lessons.stage(stage).config(m, n, k)
         default = generate(config, n, k)
-        with hole_override(empty_arrivals=lambda multicast, warps: multicast * warps,
-                           producer_warpgroup=lambda wgs: wgs):
-            assert generate(config, n, k) == default
-        with hole_override(tile_coords=tile_coords, rows=m):
-            assert generate(config, n, k) != default  # the table replaces the computed map
-        assert generate(config, n, k) == default  # nothing outlives the block
+        own = Seams(empty_arrivals=lambda multicast, warps: multicast * warps, producer_warpgroup=lambda wgs: wgs)
+        assert generate(config, n, k, own) == default
+        assert generate(config, n, k, Seams(tile_coords=tile_coords, rows=m)) != default  # a table instead
+        assert generate(config, n, k) == default == generate(config, n, k, NO_SEAMS)
     six = lessons.stage(6)
     plan = six.Plan(4096, 4096, 7168)
-    with hole_override(pipeline_slot=lambda i, s: (i % s, i // s % 2),
-                       producer_wait_parity=lambda i, s: i // s % 2 ^ 1):
-        assert six.generate_for(plan) == six.generate(4096, 4096, 7168)
+    own = (lambda i, s: (i % s, i // s % 2), lambda i, s: i // s % 2 ^ 1)
+    assert six.generate_for(plan, own) == six.generate(4096, 4096, 7168)
+
+
+def test_the_generator_imports_nothing_of_the_course():
+    import ast
+    from pathlib import Path
+    for path in sorted((Path(__file__).resolve().parent.parent / "gemm").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(name.split(".")[0] == "lessons" for name in names), f"{path} imports {names}"
 
 
 def test_09_too_few_arrivals_are_caught(rng):

@@ -22,7 +22,7 @@ import functools
 from gemm.fp8 import ceil_div
 from gemm.kernel.config import KernelConfig, SharedPlan
 from gemm.kernel.epilogue import StagedEpilogue, TmaEpilogue, math_barrier
-from gemm.kernel.holes import hole
+from gemm.kernel.seams import NO_SEAMS, Seams
 from gemm.kernel.math import MathWarpgroups
 from gemm.kernel.producer import InlineProducer, Ring, WarpgroupProducer
 from gemm.kernel.scheduler import TileScheduler
@@ -54,8 +54,8 @@ def check_problem(config: KernelConfig, n: int, k: int) -> SharedPlan:
 
 
 class _Kernel:
-    def __init__(self, plan: SharedPlan):
-        self.plan, self.config = plan, plan.config
+    def __init__(self, plan: SharedPlan, seams: Seams = NO_SEAMS):
+        self.plan, self.config, self.seams = plan, plan.config, seams
         self.b = KernelBuilder(KERNEL, params=kernel_params(self.config), max_threads=self.config.threads,
                                min_blocks_per_sm=1,
                                cluster=(self.config.multicast, 1, 1) if self.config.multicast > 1 else None)
@@ -84,7 +84,7 @@ class _Kernel:
         skip = b.label("init_done")
         e(f"setp.eq.u32 {first}, {self.tid}, 0;", f"@!{first} bra {skip};")
         # empty: one arrival per math warp of every CTA that reads the stage's A (both CTAs of a cluster pair)
-        arrivals = hole("empty_arrivals")  # the stage 09 exercise's seam (gemm.kernel.holes)
+        arrivals = self.seams.empty_arrivals  # a caller's count (gemm.kernel.seams), else the generator's
         self.ring.init_barriers(empty_arrivals=c.multicast * c.math_threads // 32 if arrivals is None
                                 else _arrival_count(arrivals(c.multicast, c.math_threads // 32)))
         if "tmap_d" in self.tmaps:
@@ -119,7 +119,7 @@ class _Kernel:
     # -- stage 06: thread 0 produces between its own K blocks -------------------------------------------
     def inline_body(self) -> None:
         b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
-        scheduler = TileScheduler(b, self.config, p.n, self.m, "t")
+        scheduler = TileScheduler(b, self.config, p.n, self.m, "t", seams=self.seams)
         with scheduler.tiles() as (m0, n0):
             math = MathWarpgroups(b, self.config.block_m, self.config.block_n, self.tid)
             is_producer = r("pred", "p_producer")
@@ -189,7 +189,8 @@ class _Kernel:
         epilogue.finish()
 
     def scheduler(self, name: str) -> TileScheduler:
-        return TileScheduler(self.b, self.config, self.plan.n, self.m, name, self.layout, self.groups, self.plan.kb)
+        return TileScheduler(self.b, self.config, self.plan.n, self.m, name, self.layout, self.groups, self.plan.kb,
+                             seams=self.seams)
 
     def k_loop(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str, former: int | None) -> None:
         b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
@@ -242,7 +243,7 @@ class _Kernel:
         is_producer, leader = r("pred", "p_producer_wg"), r("pred", "p_leader")
         producer_label, end = b.label("producer"), b.label("end")
         math_wgs = c.math_threads // 128
-        choose = hole("producer_warpgroup")  # the stage 07 exercise's seam (gemm.kernel.holes)
+        choose = self.seams.producer_warpgroup  # a caller's choice (gemm.kernel.seams), else the generator's
         first = choose is not None and _producer_index(choose(math_wgs), math_wgs) == 0
         if not first:  # the generator's layout: math warpgroups 0.., the producer last
             e(f"setp.ge.u32 {is_producer}, {self.tid}, {c.math_threads};", f"@{is_producer} bra {producer_label};")
@@ -286,9 +287,10 @@ def _producer_index(index, math_wgs: int) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def generate(config: KernelConfig, n: int, k: int) -> str:
-    """The PTX text of ``config``'s kernel for (N, K); M is its run-time parameter."""
-    return _Kernel(check_problem(config, n, k)).build()
+def generate(config: KernelConfig, n: int, k: int, seams: Seams = NO_SEAMS) -> str:
+    """The PTX text of ``config``'s kernel for (N, K); M is its run-time parameter. ``seams``: a caller's functions
+    in place of some of the generator's decisions (:mod:`gemm.kernel.seams`; part of the cache key)."""
+    return _Kernel(check_problem(config, n, k), seams).build()
 
 
 __all__ = ["generate", "kernel_params", "check_problem", "KERNEL"]

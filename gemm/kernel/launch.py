@@ -18,10 +18,12 @@ import numpy as np
 from gemm.fp8 import ceil_div
 from gemm.kernel.config import BLOCK_K, POST_PASSES, KernelConfig, SharedPlan, tma_store_box_columns
 from gemm.kernel.generator import KERNEL, generate
+from gemm.kernel.seams import NO_SEAMS, Seams
 
 
-def cubin(config: KernelConfig, n: int, k: int):
-    """The assembled kernel of ``config`` for (N, K), after its cubin passes (no GPU needed).
+def cubin(config: KernelConfig, n: int, k: int, seams: Seams = NO_SEAMS):
+    """The assembled kernel of ``config`` for (N, K), after its cubin passes (no GPU needed); ``seams``: see
+    :mod:`gemm.kernel.seams` (its ``ffma_rule`` replaces the pass's rule).
 
     ``FP8LADDER_DUMP_DIR``: write its PTX and SASS there (DeepGEMM's DG_JIT_DUMP_*); ``FP8LADDER_PTXAS_VERBOSE=1``:
     print ptxas's report (registers, spills) when it is built (DG_JIT_PTXAS_VERBOSE)."""
@@ -29,11 +31,10 @@ def cubin(config: KernelConfig, n: int, k: int):
     import os
     from ptx.compile import compile_ptx
     from ptx.passes import interleave_ffma
-    ptx = generate(config, n, k)
+    ptx = generate(config, n, k, seams)
     image = compile_ptx(ptx)
-    from gemm.kernel.holes import hole
-    for name in config.post_passes:  # the stage 10 exercise's seam: hole("ffma_rule") replaces the rule
-        patched, _ = interleave_ffma(image, KERNEL, rule=hole("ffma_rule") or POST_PASSES[name])
+    for name in config.post_passes:
+        patched, _ = interleave_ffma(image, KERNEL, rule=seams.ffma_rule or POST_PASSES[name])
         image = dataclasses.replace(image, image=patched, from_cache=False)  # a new Cubin: a new key (sha256)
     if os.environ.get("FP8LADDER_PTXAS_VERBOSE") == "1":
         print(f"{config.describe()} N={n} K={k}:\n{image.info_log.strip()}")
@@ -52,10 +53,10 @@ def _dump(folder: str, config: KernelConfig, n: int, k: int, ptx: str, image) ->
 
 
 @functools.lru_cache(maxsize=None)
-def kernel(config: KernelConfig, n: int, k: int):
+def kernel(config: KernelConfig, n: int, k: int, seams: Seams = NO_SEAMS):
     """The loaded kernel of ``config`` for (N, K) (generated, assembled and passed on first use)."""
     from ptx.runtime import load_kernel
-    return load_kernel(cubin(config, n, k), KERNEL)
+    return load_kernel(cubin(config, n, k, seams), KERNEL)
 
 
 def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: int, groups: int = 1) -> dict[str, dict]:

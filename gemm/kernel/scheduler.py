@@ -32,7 +32,7 @@ from contextlib import contextmanager
 
 from gemm.fp8 import ceil_div
 from gemm.kernel.config import KernelConfig
-from gemm.kernel.holes import hole
+from gemm.kernel.seams import NO_SEAMS, Seams
 from ptx.builder import KernelBuilder
 
 
@@ -76,8 +76,9 @@ class TileScheduler:
     stored; None: M, the dense bound)."""
 
     def __init__(self, b: KernelBuilder, config: KernelConfig, n: int, m: str, name: str,
-                 layout: str | None = None, groups: str | None = None, k_blocks: int = 0):
-        self.b, self.config, self.name = b, config, name
+                 layout: str | None = None, groups: str | None = None, k_blocks: int = 0,
+                 seams: Seams = NO_SEAMS):
+        self.b, self.config, self.name, self.seams = b, config, name, seams
         self.n, self.m, self.layout, self.groups, self.k_blocks = n, m, layout, groups, k_blocks
         self.n_blocks = ceil_div(n, config.block_n)
         self.group = self.sa_k_base = self.row_bound = None
@@ -116,7 +117,7 @@ class TileScheduler:
     def _coords(self, tile: str) -> tuple[str, str]:
         e, r, c = self.b.emit, self.b.reg, self.config
         m_block, n_block = r("u32", "mblk"), r("u32", "nblk")
-        table = hole("tile_coords")  # the stage 08 exercise's seam (gemm.kernel.holes)
+        table = self.seams.tile_coords  # a caller's tile map (gemm.kernel.seams), else the grouped raster
         if table is not None:
             self._coords_table(table, tile, m_block, n_block)
         elif self.group_tiles is None:
@@ -138,11 +139,11 @@ class TileScheduler:
 
     def _coords_table(self, function, tile: str, m_block: str, n_block: str) -> None:
         """(m block, n block) of ``tile`` by a Python ``function(tile, m_blocks, n_blocks, raster_group)`` evaluated
-        for every tile of M = ``hole("rows")`` rows, kept as a ``.const`` table of packed (m << 16 | n) and read with
+        for every tile of M = ``seams.rows`` rows, kept as a ``.const`` table of packed (m << 16 | n) and read with
         one uniform ``ld.const`` per tile (the exercise seam). An unrolled compare-and-select chain instead costs
         2 instructions per tile of the grid, each time a tile starts: 15% of stage 08 at 4096 x 4096 x 7168."""
         e, r, c = self.b.emit, self.b.reg, self.config
-        rows = hole("rows")
+        rows = self.seams.rows
         if self.config.grouped or rows is None:
             raise ValueError("the tile_coords seam needs a dense GEMM and rows=M (the M the kernel will run at)")
         m_blocks = ceil_div(rows, c.block_m)

@@ -3,7 +3,7 @@
 Holes: ``pipeline_slot(iteration, stages) -> (stage, parity)`` and ``producer_wait_parity(iteration, stages)``,
 the bookkeeping of :mod:`ptx.vocab.tma`. The seam: the stage-06 emitter seeds its loop counters from them (the
 consumer's (stage, parity) of K block 0, the producer's stage and empty-barrier parity of its first refill, the
-stages of the prologue loads), through :func:`gemm.kernel.holes.hole_override`; the loop then advances the counters
+stages of the prologue loads), through ``generate_for(plan, bookkeeping=...)``; the loop then advances the counters
 (stage + 1, parity flipped on the wrap), so the functions must also agree with that advance for every iteration
 (checked before the kernel runs, with the iteration that disagrees named).
 """
@@ -38,8 +38,8 @@ QUESTIONS = (
      "the PTX) and ptx.vocab.tma.pipeline_slot"),
     ("Predict: if the producer's first wait used parity 0 instead, would the kernel compute a wrong answer, "
      "hang, or still be right?",
-     "check with the emulator: `lessons.stage(6).emulate` under `gemm.kernel.holes.hole_override("
-     "producer_wait_parity=...)` names the deadlocked wait (ptx.emulate.EmulationError)"),
+     "check with the emulator: `lessons.stage(6).emulate(..., bookkeeping=(pipeline_slot, your_parity))` names "
+     "the deadlocked wait (ptx.emulate.EmulationError)"),
     ("Predict: how many K blocks must K have before the ring wraps for a 64x64 block (S = 8, ahead = S - 2)?",
      "check with `python -m lessons inspect 6` (the stage count) and the emulator at K = 1024 vs 1152"),
 )
@@ -85,23 +85,18 @@ class Stage06Candidate:
         self._kernels: dict = {}
         self._cubin = None
 
-    def _seams(self) -> dict:
-        return dict(pipeline_slot=self.solution.pipeline_slot,
-                    producer_wait_parity=self.solution.producer_wait_parity)
+    def _bookkeeping(self) -> tuple:
+        return self.solution.pipeline_slot, self.solution.producer_wait_parity
 
     def _ptx(self, m: int, n: int, k: int) -> str:
         import lessons
-        from gemm.kernel.holes import hole_override
         stage = lessons.stage(6)
-        with hole_override(**self._seams()):
-            return stage.generate_for(stage.Plan(m, n, k))
+        return stage.generate_for(stage.Plan(m, n, k), self._bookkeeping())
 
     def run_cpu(self, a, sa, b, sb):
         import lessons
-        from gemm.kernel.holes import hole_override
         check_bookkeeping(self.solution)
-        with hole_override(**self._seams()):
-            return lessons.stage(6).emulate(a, sa, b, sb)
+        return lessons.stage(6).emulate(a, sa, b, sb, bookkeeping=self._bookkeeping())
 
     def run_gpu(self, a, sa, b, sb, d, stream=None) -> None:
         import lessons
@@ -117,7 +112,7 @@ class Stage06Candidate:
         plan = stage.Plan(m, n, k)
         maps = stage._tensor_maps(args.a.ptr, args.b.ptr, args.sa.ptr, m, n, k, args.sa_stride)
         self._kernels[m, n, k].launch(plan.grid, plan.threads, [*maps, args.sb.ptr, args.d.ptr],
-                                      shared_bytes=plan.shared_bytes, stream=stream)
+                                      shared_bytes=plan.shared_bytes, stream=stream, device=args.device)
 
     def cubin(self):
         from ptx.compile import compile_ptx

@@ -4,7 +4,7 @@ Holes: ``register_split(math_warpgroups) -> (producer registers, math registers)
 plugged in as the stage's ``KernelConfig.registers``, which checks the SM's 65536-register budget) and
 ``producer_warpgroup(math_warpgroups) -> index`` (0: the producer is the first warpgroup; ``math_warpgroups``:
 the last, the generator's own layout), read by :meth:`gemm.kernel.generator._Kernel.warp_specialized_body`
-through :func:`gemm.kernel.holes.hole_override`.
+through the generator's seams (:mod:`gemm.kernel.seams`).
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def _split(solution, config):
 
 def build(solution):
     import lessons
-    from gemm.kernel.holes import HoledKernel
+    from lessons.exercises.holed import HoledKernel
     stage = lessons.stage(STAGE)
 
     def cpu_config(m, n, k):  # 128-row blocks (two math warpgroups) where M allows; 3 stages: the ring wraps

@@ -3,7 +3,7 @@
 Hole: ``tile_coords(tile, m_blocks, n_blocks, raster_group) -> (m_block, n_block)``. The seam:
 :meth:`gemm.kernel.scheduler.TileScheduler._coords` (every place the kernel turns a tile index into a tile: the
 producer's walk, the math warpgroups' walk, the cluster pair flags) emits the student's function as a table for
-the M it runs at (``hole_override(tile_coords=..., rows=M)``). The emulator shows a map that is not a bijection
+the M it runs at (``Seams(tile_coords=..., rows=M)``, :mod:`gemm.kernel.seams`). The emulator shows a map that is not a bijection
 (a tile twice, one never: NaN left in D); the order itself is then checked against the grouped raster the stage
 uses (which the prompt specifies), with the first tile that differs named.
 """
@@ -59,7 +59,7 @@ def check_order(solution) -> None:
 
 def build(solution):
     import lessons
-    from gemm.kernel.holes import HoledKernel
+    from lessons.exercises.holed import HoledKernel
     stage = lessons.stage(STAGE)
 
     def cpu_config(m, n, k):  # raster groups of 2 n blocks (narrower than N: the grouped path); 3 stages

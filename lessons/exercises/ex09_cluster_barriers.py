@@ -2,7 +2,7 @@
 
 Hole: ``empty_arrivals(multicast, math_warps) -> int``, the count every stage's *empty* mbarrier is initialised
 with. The seam: :meth:`gemm.kernel.generator._Kernel.setup` reads it through
-:func:`gemm.kernel.holes.hole_override` (default: ``multicast * math_threads // 32``). Too many arrivals
+:mod:`gemm.kernel.seams` (default: ``multicast * math_threads // 32``). Too many arrivals
 deadlock the producer (the emulator names the wait); too few let it refill a stage the peer CTA still reads.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ QUESTIONS = (
     ("Predict: how many arrivals complete one phase of an empty barrier with 2 math warpgroups and multicast 2?",
      "check with `python -m lessons inspect 9` (the `mbarrier.init` lines of the PTX)"),
     ("Predict: what does the kernel do with one arrival too many per phase? one too few?",
-     "check with the emulator (`gemm.emulated.run_gemm` under `gemm.kernel.holes.hole_override(empty_arrivals=...)`"
+     "check with the emulator (`gemm.emulated.run_gemm(..., seams=gemm.kernel.seams.Seams(empty_arrivals=...))`"
      ", with `seed=` for random schedules)"),
     ("Predict: which SASS instructions does the cluster add over stage 08?",
      "check with `python -m lessons diff 8 9` (UCGABAR_ARV / UCGABAR_WAIT, the cluster barrier)"),
@@ -42,7 +42,7 @@ def reference():
 
 def build(solution):
     import lessons
-    from gemm.kernel.holes import HoledKernel
+    from lessons.exercises.holed import HoledKernel
     stage = lessons.stage(STAGE)
 
     def cpu_config(m, n, k):

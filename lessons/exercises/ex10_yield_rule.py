@@ -2,7 +2,7 @@
 
 Hole: ``select_flips(run) -> list of FFMAs``: which FFMAs of one run of >= 8 consecutive promotion FFMAs get the
 yield bit (and lose their Rb-reuse bit). The seam: :func:`gemm.kernel.launch.cubin` runs
-:func:`ptx.passes.interleave_ffma` with ``hole("ffma_rule")`` as the rule (``choose_flips`` takes a callable and
+:func:`ptx.passes.interleave_ffma` with the seam ``ffma_rule`` (:mod:`gemm.kernel.seams`) as the rule (``choose_flips`` takes a callable and
 refuses instructions outside the run). Graded on the real cubin (assembled on the CPU): the flips must be
 exactly the FFMAs DeepGEMM's rule picks (the prompt states it), the patch verified (same instruction count, same
 text but ``.reuse``, only the two flag bits changed, nvdisasm accepts it); on the GPU the result must be
@@ -68,7 +68,7 @@ def check_rule(solution, image, kernel: str) -> None:
 class Stage10Candidate:
     def __init__(self, solution):
         import lessons
-        from gemm.kernel.holes import HoledKernel
+        from lessons.exercises.holed import HoledKernel
         stage = lessons.stage(STAGE)
         self.solution, self._checked = solution, False
 
