@@ -665,7 +665,7 @@ def run_child(plan: dict) -> dict:
         return {**info, "checks": _grade_solution(exercise, exercise.reference(), plan)}
     from lessons.grading.sandbox import HoleError, Oracle
     deadline = time.time() + float(plan.get("timeout", DEFAULT_TIMEOUT_S)) - 5
-    oracle = Oracle(plan["solution"], exercise, deadline=deadline)
+    oracle = Oracle(plan["solution"], exercise, deadline=deadline, temp_root=plan.get("temp_root"))
     try:
         try:
             defined = oracle.defined_holes()
@@ -801,9 +801,9 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
                                                                         "imported"))
         why = (f"{', '.join(same)}: the stage's own code with other names or formatting" if same else
                "no hole is the stage's own code (names and formatting aside)")
-        report["checks"].append(_check("own work (not a copy)", "integrity", not same or None,
+        report["checks"].append(_check("own work (not a copy)", "integrity", not same,
                                        why + ("; allowed by the instructor (--allow-copies)" if same and allow_copies
-                                              else ""), graded=not allow_copies, copied=same))
+                                              else ""), graded=not (same and allow_copies), copied=same))
     threshold = _threshold(stage, _exercise_threshold(stage, exercise_file), thresholds_file)
     report["perf_threshold"] = threshold
     nonce = secrets.token_hex(16)
@@ -814,6 +814,9 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     if mode == "cpu":
         env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    import shutil
+    import tempfile
+    plan["temp_root"] = tempfile.mkdtemp(prefix="fp8grade-run-")  # the oracle's files: removed here, whatever happens
     try:
         done = subprocess.run([sys.executable, "-m", "lessons.grade", "--child"], input=json.dumps(plan) + "\n",
                               capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
@@ -821,14 +824,24 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
         report["checks"].append(_check("finishes in time", "integrity", False,
                                        f"the solution's process ran past {timeout:g} s and was stopped"))
         return _finish(report, started)
+    finally:
+        _remove_tree(plan["temp_root"])
     stdout = done.stdout
-    start, end = stdout.find(nonce), stdout.rfind(nonce)
-    if start < 0 or end <= start:
+    blocks = stdout.split(nonce)
+    result = None
+    if done.returncode == 0 and len(blocks) == 3:  # exactly one framed answer, from a judge that ended well
+        try:
+            result = json.loads(blocks[1])
+        except (ValueError, RecursionError):
+            result = None
+    if not isinstance(result, dict):
         tail = (done.stderr or "").strip()[-1500:]
-        report["checks"].append(_check("child process", "integrity", False, f"no result (exit {done.returncode})"
+        why = (f"no result (exit {done.returncode})" if len(blocks) < 3 else
+               f"{(len(blocks) - 1) // 2} framed answers (exit {done.returncode}): the judge's channel was tampered "
+               "with" if len(blocks) != 3 else f"an unreadable or failed answer (exit {done.returncode})")
+        report["checks"].append(_check("child process", "integrity", False, why
                                        + (f": {tail.splitlines()[-1]}" if tail else ""), stderr=tail))
         return _finish(report, started)
-    result = json.loads(stdout[start + len(nonce):end])
     if result.get("error"):
         report["checks"].append(_check("child process", "integrity", False, result["error"]))
     report.update({key: result[key] for key in ("exercise", "oracle_questions") if key in result})
@@ -861,6 +874,17 @@ def score(checks: list[dict]) -> dict:
             if counts["graded"] and (works or category == "correctness"):
                 points += weight * counts["passed"] / counts["graded"]
     return {"categories": by_category, "points": round(points, 1) if integrity_ok else 0.0, "possible": possible}
+
+
+def _remove_tree(folder: str) -> None:
+    """Remove a grading run's temporary folder, read-only copies included."""
+    import shutil
+    for path in Path(folder).rglob("*"):
+        try:
+            path.chmod(0o700)
+        except OSError:
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def expected_checks(exercise, seeds: int, mode: str) -> dict[str, int]:

@@ -174,3 +174,54 @@ def descriptor_bits(a, b, c, d=128):
         with Oracle(spy, exercise(5)) as oracle:
             answer = oracle.solution().descriptor_bits(0, 16, 1024, 128)
     assert not isinstance(answer, int), answer
+
+
+def test_an_expression_that_explodes_is_refused(tmp_path):
+    """Squaring forty times makes a tree of 2^40 leaves (shared in memory, not in JSON): the answer is refused,
+    and the judge neither hangs nor runs out of memory."""
+    from lessons.exercises import exercise
+    path = tmp_path / "bomb.py"
+    path.write_text("def promote(total, partial, sa_value, sb_value):\n    x = partial\n    for _ in range(40):\n"
+                    "        x = x * x\n    return total + x\n")
+    report = grade.grade(1, path, mode="cpu", seeds=1, secret="", timeout=120)
+    assert not report["passed"], grade.summary(report)
+
+
+# ------------------------------------------------------------------------------- the red team's routes (session 19)
+@pytest.mark.parametrize("route, refusal", [
+    # a directory descriptor and a path relative to it: the audit event shows only the relative path
+    ("import os\n_d = os.open('/', os.O_RDONLY)\n_own = os.open('work/main/ptx/vocab/wgmma.py', os.O_RDONLY, dir_fd=_d)\n",
+     "refuses opening the directory"),
+    ("import os\n_own = open('../../../../work/main/ptx/vocab/wgmma.py').read()\n", "no '..'"),
+    # other processes: the parent's environment holds the grader's secret, the judge's memory its nonce
+    ("import os\n_own = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n", "refuses reading /proc/"),
+    ("import os\n_own = open(f'/proc/{os.getppid()}/mem', 'rb')\n", "refuses reading /proc/"),
+    ("import os, resource\nresource.prlimit(os.getppid(), resource.RLIMIT_CPU, (1, 1))\n", "another process's limits"),
+    ("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))\n", "changing its limits"),
+    ("import sqlite3\nsqlite3.connect('/tmp/fp8_redteam.db')\n", "databases outside the working directory"),
+])
+def test_the_red_teams_routes_out_are_refused(tmp_path, route, refusal):
+    report = run(tmp_path, route + UNFILLED)
+    assert not report["passed"] and refusal in failed_details(report), grade.summary(report)
+    assert not Path("/tmp/fp8_redteam.db").exists()
+
+
+def test_a_doubled_or_failed_judge_answer_is_an_integrity_failure(tmp_path, monkeypatch):
+    """The parent takes exactly one framed answer from a judge that ended well: a second (forged) block, or a judge
+    that was killed after printing, is a failed check with a reason, never a traceback or a PASSED."""
+    import subprocess as real_subprocess
+    path = tmp_path / "any.py"
+    path.write_text(UNFILLED)
+
+    def forged(returncode, blocks):
+        def fake_run(command, input, **kwargs):
+            nonce = __import__("json").loads(input)["nonce"]
+            body = "".join(nonce + '{"checks": [], "exercise": "forged"}' + nonce for _ in range(blocks))
+            return real_subprocess.CompletedProcess(command, returncode, body, "")
+        return fake_run
+
+    for returncode, blocks in ((0, 2), (-9, 1), (0, 0)):
+        monkeypatch.setattr(grade.subprocess, "run", forged(returncode, blocks))
+        report = grade.grade(5, path, mode="cpu", seeds=1, secret="")
+        check = next(c for c in report["checks"] if c["name"] == "child process")
+        assert not report["passed"] and not check["passed"], (returncode, blocks, check)

@@ -66,9 +66,24 @@ def normalized(function: ast.FunctionDef | ast.Lambda) -> str:
         function.name = "f"
         function.returns = None
         function.decorator_list = []
+    _NoOps().visit(function)
     renamer = _Renamer(_local_names(function))
     renamer.visit(function)
     return ast.dump(function, annotate_fields=False, include_attributes=False)
+
+
+class _NoOps(ast.NodeTransformer):
+    """Statements that do nothing (``pass``, a bare constant such as a docstring) are not code."""
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                kept = [s for s in block if not isinstance(s, ast.Pass) and not (
+                    isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+                setattr(node, field, kept or [ast.Pass()])
+        return node
 
 
 def functions_in(source: str) -> dict[str, ast.FunctionDef]:

@@ -64,13 +64,27 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
     workdir, copy, repository, temp_root = (real(p) for p in (workdir, copy, repository, temp_root))
     python_dirs = tuple(sorted({real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}))
 
+    own_proc = f"/proc/{os.getpid()}"
+    allowed_dirs = (workdir, copy) + python_dirs
+
     def inside(path: str, folder: str) -> bool:
         return path == folder or path.startswith(folder + os.sep)
 
     def readable(path: str) -> bool:
-        if inside(path, workdir) or inside(path, copy) or any(inside(path, d) for d in python_dirs):
+        if any(inside(path, d) for d in allowed_dirs) or inside(path, own_proc):
             return True
+        if inside(path, "/proc") and path.split(os.sep)[2:3] and path.split(os.sep)[2].isdigit():
+            return False  # another process: its memory, its file descriptors, its environment (secrets)
         return not inside(path, repository) and not inside(path, temp_root)
+
+    def resolve(raw) -> str:
+        """The path an event names, refusing what the check cannot follow: a relative path that climbs (it may
+        be relative to a directory descriptor the event does not show)."""
+        text = os.fsdecode(raw)
+        if not os.path.isabs(text) and ".." in text.replace("\\", "/").split("/"):
+            raise SandboxViolation(f"the grading sandbox refuses the relative path {text!r} (no '..')")
+        path = real(text)
+        return path
 
     def hook(event: str, args) -> None:
         if event in PROCESS_EVENTS:
@@ -80,18 +94,31 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
         if event == "import" and args and str(args[0]).split(".")[0] in BLOCKED_IMPORTS:
             raise SandboxViolation(f"the grading sandbox refuses importing {args[0]}")
         if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-            path = real(os.fsdecode(args[0]))
+            path = resolve(args[0])
             mode, flags = (args[1] if len(args) > 1 else "r") or "r", args[2] if len(args) > 2 else 0
             writing = any(c in str(mode) for c in "wax+") or bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
             if writing and not inside(path, workdir):
                 raise SandboxViolation(f"the grading sandbox refuses writing {path} (only the working directory)")
             if not readable(path):
                 raise SandboxViolation(f"the grading sandbox refuses reading {path}")
+            if os.path.isdir(path) and not any(inside(path, d) for d in allowed_dirs):
+                # a descriptor of an outer directory would let relative paths (dir_fd=) go anywhere
+                raise SandboxViolation(f"the grading sandbox refuses opening the directory {path}")
+        if event == "resource.prlimit" and args and args[0] not in (0, os.getpid()):
+            raise SandboxViolation("the grading sandbox refuses changing another process's limits")
+        if event == "resource.setrlimit":
+            raise SandboxViolation("the grading sandbox refuses changing its limits")
+        if event == "sqlite3.connect" and args:
+            target = os.fsdecode(args[0]) if isinstance(args[0], (str, bytes, os.PathLike)) else ""
+            if target not in ("", ":memory:") and not inside(resolve(target), workdir):
+                raise SandboxViolation("the grading sandbox refuses databases outside the working directory")
         if event in ("os.listdir", "os.scandir", "os.chdir", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
-                     "os.chmod", "os.symlink", "os.link", "shutil.rmtree", "shutil.copytree", "shutil.move") and args:
+                     "os.chmod", "os.symlink", "os.link", "os.truncate", "os.utime", "os.chown", "os.chflags",
+                     "os.setxattr", "os.removexattr", "os.mkfifo", "os.mknod", "shutil.rmtree", "shutil.copytree",
+                     "shutil.move") and args:
             path = args[0]
             if isinstance(path, (str, bytes, os.PathLike)):
-                path = real(os.fsdecode(path))
+                path = resolve(path)
                 changing = event not in ("os.listdir", "os.scandir", "os.chdir")
                 if (changing and not inside(path, workdir)) or (not changing and not readable(path)):
                     raise SandboxViolation(f"the grading sandbox refuses {event} on {path}")

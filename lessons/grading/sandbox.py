@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COPIED_PACKAGES = ("ptx", "gemm")
 GRADING_FILES = ("__init__.py", "traced.py", "oracle.py")
 QUESTION_TIMEOUT_S = 60.0
+MAX_ANSWER_CHARS = 16 << 20  # one answer's JSON; a traced tree past MAX_NODES is refused long before this
 BOOTSTRAP = """
 import sys
 _python = tuple(p for p in {{sys.prefix, sys.base_prefix, sys.exec_prefix}})
@@ -141,9 +142,9 @@ class Oracle:
     """One sandboxed oracle for one solution file. Use as a context manager."""
 
     def __init__(self, solution_file: str | os.PathLike, exercise, *, timeout: float = QUESTION_TIMEOUT_S,
-                 deadline: float | None = None):
+                 deadline: float | None = None, temp_root: str | None = None):
         self.exercise, self.timeout, self.deadline = exercise, timeout, deadline
-        self.temp = Path(tempfile.mkdtemp(prefix="fp8grade-"))
+        self.temp = Path(tempfile.mkdtemp(prefix="fp8grade-", dir=temp_root))
         self.temp.chmod(0o700)
         self.workdir = self.temp / "work"
         self.workdir.mkdir()
@@ -152,11 +153,13 @@ class Oracle:
         self.copy = build_copy(self.temp, dict(getattr(exercise, "answer_sites", {}) or {}))
         bootstrap = BOOTSTRAP.format(repo=str(ROOT), copy=str(self.copy))
         temp_root = os.path.realpath(tempfile.gettempdir())
-        self.process = subprocess.Popen(
-            [sys.executable, "-I", "-c", bootstrap, str(self.workdir), str(self.copy), str(ROOT), temp_root,
-             str(solution)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=self.workdir, env=_scrubbed_environment(str(self.workdir)), start_new_session=True, text=True,
-            bufsize=1)
+        self._stderr_path = self.temp / "stderr.txt"  # a file, not a pipe: the solution's prints can never block it
+        with open(self._stderr_path, "w") as stderr:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-c", bootstrap, str(self.workdir), str(self.copy), str(ROOT), temp_root,
+                 str(solution)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                cwd=self.workdir, env=_scrubbed_environment(str(self.workdir)), start_new_session=True, text=True,
+                bufsize=1)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.process.stdout, selectors.EVENT_READ)
         self._next_id = 0
@@ -184,12 +187,16 @@ class Oracle:
             if not self._selector.select(timeout=limit):
                 self.close()
                 raise OracleDied(hole, "timeout", f"no answer in {limit:.0f} s (the solution's process was stopped)")
-            line = self.process.stdout.readline()
+            line = self.process.stdout.readline(MAX_ANSWER_CHARS + 1)
             if not line:
                 raise OracleDied(hole, "the solution's process ended", self._stderr_tail())
+            if len(line) > MAX_ANSWER_CHARS and not line.endswith("\n"):
+                self.close()
+                raise OracleDied(hole, "answer too large", f"more than {MAX_ANSWER_CHARS} characters for one answer "
+                                 "(the solution's process was stopped)")
             try:
                 reply = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise HoleError(hole, "protocol", f"unreadable answer {line[:120]!r}") from None
             if isinstance(reply, dict) and reply.get("id") == self._next_id:
                 break
@@ -202,11 +209,11 @@ class Oracle:
         return reply.get("ok")
 
     def _stderr_tail(self) -> str:
-        if self.process.poll() is None:
-            return ""
         try:
-            return (self.process.stderr.read() or "")[-3000:]
-        except (OSError, ValueError):
+            with open(self._stderr_path, "rb") as handle:
+                handle.seek(max(0, self._stderr_path.stat().st_size - 3000))
+                return handle.read().decode(errors="replace")
+        except OSError:
             return ""
 
     def close(self) -> None:
@@ -223,7 +230,7 @@ class Oracle:
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+        for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()
             except OSError:
@@ -256,8 +263,8 @@ class Oracle:
         tree = self.ask("trace", hole, arity=len(names))
         try:
             function = traced.function_from_tree(tree, list(names), hole)
-        except ValueError as error:
-            raise HoleError(hole, "traced expression", str(error)) from None
+        except (ValueError, RecursionError, MemoryError, SyntaxError) as error:
+            raise HoleError(hole, "traced expression", f"{type(error).__name__}: {error}"[:500]) from None
         function.traced_tree = tree
         return function
 

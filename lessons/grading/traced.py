@@ -26,6 +26,7 @@ BINARY = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", 
           "xor": "^", "lshift": "<<", "rshift": ">>"}
 CASTS = ("uint64", "int64", "uint32", "int32", "float32", "float64")  # numpy / Numba scalar types a hole may call
 MAX_NODES = 20000
+MAX_DEPTH = 200  # nesting the judge rebuilds (Python's parser and compiler recurse)
 MAX_INT = 1 << 64
 
 
@@ -139,12 +140,14 @@ def check_tree(tree, arity: int) -> None:
     """Raise ValueError unless ``tree`` is a well-formed tree over ``arity`` arguments (the judge's side: the tree
     came from untrusted code)."""
     count = 0
-    stack = [tree]
+    stack = [(tree, 0)]
     while stack:
-        node = stack.pop()
+        node, depth = stack.pop()
         count += 1
         if count > MAX_NODES:
             raise ValueError(f"the traced expression has more than {MAX_NODES} operations")
+        if depth > MAX_DEPTH:
+            raise ValueError(f"the traced expression nests more than {MAX_DEPTH} deep")
         if not isinstance(node, list) or not node or not isinstance(node[0], str):
             raise ValueError(f"malformed traced expression node {str(node)[:80]}")
         kind = node[0]
@@ -157,11 +160,11 @@ def check_tree(tree, arity: int) -> None:
                     type(value) is float and not math.isfinite(value)):
                 raise ValueError(f"malformed constant node {str(node)[:80]}")
         elif kind == "neg" and len(node) == 2:
-            stack.append(node[1])
+            stack.append((node[1], depth + 1))
         elif kind == "cast" and len(node) == 3 and node[1] in CASTS:
-            stack.append(node[2])
+            stack.append((node[2], depth + 1))
         elif kind in BINARY and len(node) == 3:
-            stack.extend(node[1:])
+            stack.extend((child, depth + 1) for child in node[1:])
         else:
             raise ValueError(f"unknown operation {kind!r} in the traced expression")
 
