@@ -800,7 +800,7 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
                                        "; ".join(copied) if copied else "no stage module or stage function "
                                                                         "imported"))
         why = (f"{', '.join(same)}: the stage's own code with other names or formatting" if same else
-               "no hole is the stage's own code (names and formatting aside)")
+               "no function is the stage's own code (names and formatting aside)")
         report["checks"].append(_check("own work (not a copy)", "integrity", not same,
                                        why + ("; allowed by the instructor (--allow-copies)" if same and allow_copies
                                               else ""), graded=not (same and allow_copies), copied=same))

@@ -225,3 +225,19 @@ def test_a_doubled_or_failed_judge_answer_is_an_integrity_failure(tmp_path, monk
         report = grade.grade(5, path, mode="cpu", seeds=1, secret="")
         check = next(c for c in report["checks"] if c["name"] == "child process")
         assert not report["passed"] and not check["passed"], (returncode, blocks, check)
+
+
+def test_a_copy_hidden_in_a_helper_is_flagged_and_an_honest_one_liner_is_not(tmp_path):
+    """The hole calls the stage's own rule pasted in as a helper: every function is compared, not only holes. A
+    short hole (here exercise 01's promotion) has one natural way to be written: it is not compared at all."""
+    import ast
+    from lessons.grading.copies import functions_in
+    helper = ast.unparse(functions_in((ROOT / "ptx" / "passes.py").read_text())["_select_deepgemm"])
+    source = ("from __future__ import annotations\nfrom ptx.passes import reuse_b, second_source_register\n\n"
+              + helper.replace("_select_deepgemm", "my_rule") + "\n\n\ndef select_flips(run):\n    return my_rule(run)\n")
+    report = run(tmp_path, source, stage=10)
+    check = next(c for c in report["checks"] if c["name"] == "own work (not a copy)")
+    assert not check["passed"] and check["copied"] == ["my_rule"] and not report["passed"]
+    honest = run(tmp_path, "def promote(total, partial, sa_value, sb_value):\n"
+                           "    return total + partial * (sa_value * sb_value)\n", stage=1)
+    assert honest["passed"], grade.summary(honest)

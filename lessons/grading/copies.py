@@ -4,8 +4,9 @@ A solution's hole function and each of the stage's own functions for it (the ref
 functions the exercise's ``answer_sites`` name) are parsed, then normalised: the docstring dropped, the function's
 own name, its parameters and every local variable renamed in order of first appearance (``v0``, ``v1``, ...), every
 string emptied (reworded messages), and the tree dumped without positions. Equal dumps mean the same code with other names and formatting: reported as
-copied (``python -m lessons grade --allow-copies`` lets an instructor accept them). Restructured code (other
-operations, another order) is not a copy by this test: that is writing it.
+copied (``python -m lessons grade --allow-copies`` lets an instructor accept them). Only functions of at least
+MIN_STATEMENTS statements are compared: a short hole has one natural way to be written, and a correct one-liner
+is not a copy. Restructured code (other operations, another order) is not a copy by this test: that is writing it.
 """
 from __future__ import annotations
 
@@ -125,8 +126,19 @@ def stage_functions(exercise) -> list[ast.AST]:
     return nodes
 
 
+MIN_STATEMENTS = 4  # below this a function has one natural way to be written (``return total + partial * s``)
+
+
+def statements(function: ast.AST) -> int:
+    """Statements in the function's body once docstrings and no-ops are dropped (nested ones counted)."""
+    tree = ast.parse(ast.unparse(function)).body[0]
+    _NoOps().visit(tree)
+    return sum(isinstance(node, ast.stmt) for node in ast.walk(tree)) - (not isinstance(tree, ast.Expr))
+
+
 def copied_holes(source: str, exercise) -> list[str]:
-    """The holes of ``source`` whose code is the stage's own, names and formatting aside."""
+    """The functions of ``source`` (holes and helpers) whose code is the stage's own, names and formatting aside. Only the stage's
+    functions of at least MIN_STATEMENTS statements count: a correct one-liner is not a copy of another."""
     try:
         mine = functions_in(source)
     except SyntaxError:
@@ -134,10 +146,12 @@ def copied_holes(source: str, exercise) -> list[str]:
     theirs = set()
     for node in stage_functions(exercise):
         try:
-            theirs.add(normalized(node))
+            if statements(node) >= MIN_STATEMENTS:
+                theirs.add(normalized(node))
         except SyntaxError:
             continue
-    return [hole for hole in exercise.holes if hole in mine and normalized(mine[hole]) in theirs]
+    # every function of the file, not only the holes: a hole that calls a copied helper is a copy too
+    return [name for name, function in mine.items() if normalized(function) in theirs]
 
 
 __all__ = ["normalized", "copied_holes", "stage_functions", "functions_in"]
