@@ -664,6 +664,7 @@ def run_child(plan: dict) -> dict:
     if plan.get("reference"):
         return {**info, "checks": _grade_solution(exercise, exercise.reference(), plan)}
     from lessons.grading.sandbox import HoleError, Oracle
+    _preload(exercise, plan["mode"])  # what the judge runs is in memory before any student code starts
     deadline = time.time() + float(plan.get("timeout", DEFAULT_TIMEOUT_S)) - 5
     oracle = Oracle(plan["solution"], exercise, deadline=deadline, temp_root=plan.get("temp_root"))
     try:
@@ -682,6 +683,34 @@ def run_child(plan: dict) -> dict:
         oracle.close()
     info["oracle_questions"] = oracle.questions
     return {**info, "checks": checks}
+
+
+def _preload(exercise, mode: str) -> None:
+    """Import every module the judge will run before the oracle exists: a file changed on disk while a solution
+    runs (the sandbox refuses that; this is the second layer) cannot become the judge's code."""
+    import importlib
+    import lessons
+    for name in ("gemm.emulated", "gemm.harness", "gemm.testing", "gemm.bench", "gemm.kernel.launch", "ptx.sass",
+                 "ptx.compile", "ptx.passes", "ptx.emulate", "ptx.runtime", "ptx.tma", "lessons.ladder",
+                 "lessons.exercises.holed", "lessons.grading.traced", "lessons.numba_fp8"):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module this machine cannot import is one the judge will not use
+            pass
+    try:
+        lessons.stage(exercise.stage)
+    except Exception:  # noqa: BLE001 - the build reports it
+        pass
+
+
+def source_digest() -> str:
+    """SHA-256 over every source file of ptx/, gemm/ and lessons/ (paths and contents): the code a grading run
+    trusts. The parent compares it before and after each run."""
+    digest = hashlib.sha256()
+    for package in ("ptx", "gemm", "lessons"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def _grade_solution(exercise, solution, plan: dict) -> list[dict]:
@@ -814,9 +843,9 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     if mode == "cpu":
         env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    import shutil
     import tempfile
     plan["temp_root"] = tempfile.mkdtemp(prefix="fp8grade-run-")  # the oracle's files: removed here, whatever happens
+    before = source_digest()
     try:
         done = subprocess.run([sys.executable, "-m", "lessons.grade", "--child"], input=json.dumps(plan) + "\n",
                               capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
@@ -826,6 +855,10 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
         return _finish(report, started)
     finally:
         _remove_tree(plan["temp_root"])
+        if source_digest() != before:  # the sandbox failed: say so loudly, and never PASS this run
+            report["checks"].append(_check("the grader's code is unchanged", "integrity", False,
+                                           "a source file of ptx/, gemm/ or lessons/ changed while this solution was "
+                                           "graded: restore the checkout (git status) before grading anything else"))
     stdout = done.stdout
     blocks = stdout.split(nonce)
     result = None

@@ -199,11 +199,24 @@ def test_an_expression_that_explodes_is_refused(tmp_path):
     ("import os, resource\nresource.prlimit(os.getppid(), resource.RLIMIT_CPU, (1, 1))\n", "another process's limits"),
     ("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))\n", "changing its limits"),
     ("import sqlite3\nsqlite3.connect('/tmp/fp8_redteam.db')\n", "databases outside the working directory"),
+    # the second red team: a rename's destination, links, /proc listing, a site-packages directory descriptor
+    ("import os\nopen('x.py', 'w').write('')\nos.rename('x.py', '/tmp/fp8_redteam_renamed.py')\n",
+     "refuses os.rename on /tmp"),
+    ("import os\nos.symlink('/work', 'w')\n", "refuses os.symlink"),
+    ("import os\nopen('x', 'w').write('')\nos.link('x', '/tmp/fp8_redteam_link')\n", "refuses os.link"),
+    ("import os\n_own = os.listdir('/proc')\n", "refuses os.listdir on /proc"),
+    ("import os, numpy\n_d = os.open(os.path.dirname(numpy.__file__), os.O_RDONLY)\n",
+     "refuses opening the directory"),
+    ("import os\n_d = os.open('.', os.O_RDONLY)\nos.rename('a', 'b', src_dir_fd=_d)\n", "directory descriptor"),
+    # a raw disk holds the repository's bytes under no path the hook knows
+    ("import glob\n_own = [open(d, 'rb').read(64) for d in sorted(glob.glob('/dev/[sv]d?') + glob.glob('/dev/nvme*'))"
+     " + ['/dev/mem']]\n", "/dev/"),
 ])
 def test_the_red_teams_routes_out_are_refused(tmp_path, route, refusal):
     report = run(tmp_path, route + UNFILLED)
     assert not report["passed"] and refusal in failed_details(report), grade.summary(report)
-    assert not Path("/tmp/fp8_redteam.db").exists()
+    assert not Path("/tmp/fp8_redteam.db").exists() and not Path("/tmp/fp8_redteam_renamed.py").exists()
+    assert not Path("/tmp/fp8_redteam_link").exists()
 
 
 def test_a_doubled_or_failed_judge_answer_is_an_integrity_failure(tmp_path, monkeypatch):
@@ -241,3 +254,29 @@ def test_a_copy_hidden_in_a_helper_is_flagged_and_an_honest_one_liner_is_not(tmp
     honest = run(tmp_path, "def promote(total, partial, sa_value, sb_value):\n"
                            "    return total + partial * (sa_value * sb_value)\n", stage=1)
     assert honest["passed"], grade.summary(honest)
+
+
+def test_a_lightly_disguised_copy_is_still_a_copy_and_independent_code_is_not(tmp_path):
+    """The stage's tile_coords with renamed names, one commutative product swapped and a no-op added is a copy (same
+    canonical statements); the same function written independently, with other statements, is not."""
+    import ast
+    from lessons.grading.copies import functions_in
+    own = ast.unparse(functions_in((ROOT / "gemm" / "kernel" / "scheduler.py").read_text())["tile_coords"])
+    disguised = (own.replace("raster_group", "rg").replace("group * rg", "rg * group")
+                 .replace("width = ", "unused = 0\n    width = "))
+    assert disguised != own
+    report = run(tmp_path, disguised + "\n", stage=8)
+    check = next(c for c in report["checks"] if c["name"] == "own work (not a copy)")
+    assert not check["passed"] and check["copied"] == ["tile_coords"]
+    independent = run(tmp_path, '''
+        def tile_coords(tile, m_blocks, n_blocks, raster_group):
+            if raster_group == 0:
+                return tile // n_blocks, tile % n_blocks
+            per_group = raster_group * m_blocks
+            g = tile // per_group
+            start = g * raster_group
+            w = min(raster_group, n_blocks - start)
+            r = tile - g * per_group
+            return r // w, start + r % w
+    ''', stage=8)
+    assert independent["passed"], grade.summary(independent)

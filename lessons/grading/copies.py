@@ -21,13 +21,15 @@ ROOT = Path(__file__).resolve().parents[2]
 class _Renamer(ast.NodeTransformer):
     """Parameters and names assigned inside the function become v0, v1, ... (globals and attributes stay)."""
 
-    def __init__(self, local_names):
+    def __init__(self, local_names, anonymous: bool = False):
         self.names: dict[str, str] = {}
-        self.local = set(local_names)
+        self.local, self.anonymous = set(local_names), anonymous  # anonymous: every local is "v" (position-free)
 
     def _rename(self, name: str) -> str:
         if name not in self.local:
             return name
+        if self.anonymous:
+            return "v"
         return self.names.setdefault(name, f"v{len(self.names)}")
 
     def visit_arg(self, node):
@@ -67,10 +69,48 @@ def normalized(function: ast.FunctionDef | ast.Lambda) -> str:
         function.name = "f"
         function.returns = None
         function.decorator_list = []
+    return ast.dump(_canonical(function), annotate_fields=False, include_attributes=False)
+
+
+def _canonical(function, anonymous: bool = False):
+    """The function with no-ops dropped, names renamed in order (or all to one name), strings emptied, commutative
+    operands sorted."""
     _NoOps().visit(function)
-    renamer = _Renamer(_local_names(function))
+    renamer = _Renamer(_local_names(function), anonymous)
     renamer.visit(function)
-    return ast.dump(function, annotate_fields=False, include_attributes=False)
+    return _Commutative().visit(function)
+
+
+class _Commutative(ast.NodeTransformer):
+    """``b * a`` and ``a * b`` (and +, &, |, ^) are the same code: operands in a fixed order."""
+
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, (ast.Add, ast.Mult, ast.BitAnd, ast.BitOr, ast.BitXor)):
+            left, right = sorted((node.left, node.right), key=lambda n: ast.dump(n, include_attributes=False))
+            node.left, node.right = left, right
+        return node
+
+
+def statement_profile(function) -> dict[str, int]:
+    """The multiset of the canonical function's statements (each dumped, nested ones too)."""
+    tree = ast.parse(ast.unparse(function)).body[0]
+    if isinstance(tree, ast.Expr):
+        tree = tree.value
+    tree = _canonical(tree, anonymous=True)  # an added statement must not rename every later one
+    profile: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node is not tree:
+            key = ast.dump(node, annotate_fields=False, include_attributes=False)
+            profile[key] = profile.get(key, 0) + 1
+    return profile
+
+
+def similarity(a: dict[str, int], b: dict[str, int]) -> float:
+    """Jaccard similarity of two statement multisets (1.0: the same statements)."""
+    keys = set(a) | set(b)
+    union = sum(max(a.get(k, 0), b.get(k, 0)) for k in keys)
+    return sum(min(a.get(k, 0), b.get(k, 0)) for k in keys) / union if union else 0.0
 
 
 class _NoOps(ast.NodeTransformer):
@@ -127,6 +167,7 @@ def stage_functions(exercise) -> list[ast.AST]:
 
 
 MIN_STATEMENTS = 4  # below this a function has one natural way to be written (``return total + partial * s``)
+SIMILAR = 0.8  # share of the same statements (canonical) that makes a copy: one edited line of six is still one
 
 
 def statements(function: ast.AST) -> int:
@@ -143,15 +184,21 @@ def copied_holes(source: str, exercise) -> list[str]:
         mine = functions_in(source)
     except SyntaxError:
         return []
-    theirs = set()
+    theirs = []
     for node in stage_functions(exercise):
         try:
             if statements(node) >= MIN_STATEMENTS:
-                theirs.add(normalized(node))
+                theirs.append((normalized(node), statement_profile(node)))
         except SyntaxError:
             continue
+    copied = []
     # every function of the file, not only the holes: a hole that calls a copied helper is a copy too
-    return [name for name, function in mine.items() if normalized(function) in theirs]
+    for name, function in mine.items():
+        exact, profile = normalized(function), statement_profile(function)
+        if any(exact == their_exact or similarity(profile, their_profile) >= SIMILAR
+               for their_exact, their_profile in theirs):
+            copied.append(name)
+    return copied
 
 
 __all__ = ["normalized", "copied_holes", "stage_functions", "functions_in"]

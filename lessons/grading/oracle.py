@@ -29,6 +29,17 @@ BLOCKED_IMPORTS = frozenset({"cffi", "_cffi_backend", "_posixsubprocess", "socke
                              "_multiprocessing"})
 # ctypes itself may be imported (NumPy does), but nothing of it may run: every ctypes audit event is refused
 # (loading a library, looking up a symbol, calling a function pointer, reading raw memory).
+READING_EVENTS = frozenset({"os.listdir", "os.scandir", "os.chdir", "glob.glob", "glob.glob/2"})
+# every path argument of these must lie in the working directory (a rename's destination, a copy's target too)
+CHANGING_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.truncate",
+                             "os.utime", "os.chown", "os.chflags", "os.lchflags", "os.setxattr", "os.removexattr",
+                             "os.mkfifo", "os.mknod", "shutil.rmtree", "shutil.copytree", "shutil.move",
+                             "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.chown",
+                             "shutil.make_archive", "shutil.unpack_archive", "dbm.open", "sqlite3.connect/handle"})
+# the trailing arguments of these events that are directory descriptors (-1: none given)
+DIR_FD_ARGUMENTS = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.utime": 1,
+                    "os.chown": 1, "os.mkfifo": 1, "os.mknod": 1}
+SAFE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full", "/dev/tty"})
 LIMITS = {"RLIMIT_CPU": 300, "RLIMIT_AS": 8 << 30, "RLIMIT_FSIZE": 64 << 20, "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}
 
 
@@ -71,8 +82,10 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
         return path == folder or path.startswith(folder + os.sep)
 
     def readable(path: str) -> bool:
-        if any(inside(path, d) for d in allowed_dirs) or inside(path, own_proc):
+        if any(inside(path, d) for d in allowed_dirs) or inside(path, own_proc) or path in SAFE_DEVICES:
             return True
+        if inside(path, "/dev"):
+            return False  # a raw disk (as root) holds the repository's bytes under no path the hook knows
         if inside(path, "/proc") and path.split(os.sep)[2:3] and path.split(os.sep)[2].isdigit():
             return False  # another process: its memory, its file descriptors, its environment (secrets)
         return not inside(path, repository) and not inside(path, temp_root)
@@ -101,8 +114,9 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
                 raise SandboxViolation(f"the grading sandbox refuses writing {path} (only the working directory)")
             if not readable(path):
                 raise SandboxViolation(f"the grading sandbox refuses reading {path}")
-            if os.path.isdir(path) and not any(inside(path, d) for d in allowed_dirs):
-                # a descriptor of an outer directory would let relative paths (dir_fd=) go anywhere
+            if os.path.isdir(path) and not inside(path, workdir):
+                # the open event does not show dir_fd: a descriptor of any other directory would let relative
+                # paths read or write there (site-packages included), so only the working directory's are given
                 raise SandboxViolation(f"the grading sandbox refuses opening the directory {path}")
         if event == "resource.prlimit" and args and args[0] not in (0, os.getpid()):
             raise SandboxViolation("the grading sandbox refuses changing another process's limits")
@@ -112,16 +126,24 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
             target = os.fsdecode(args[0]) if isinstance(args[0], (str, bytes, os.PathLike)) else ""
             if target not in ("", ":memory:") and not inside(resolve(target), workdir):
                 raise SandboxViolation("the grading sandbox refuses databases outside the working directory")
-        if event in ("os.listdir", "os.scandir", "os.chdir", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
-                     "os.chmod", "os.symlink", "os.link", "os.truncate", "os.utime", "os.chown", "os.chflags",
-                     "os.setxattr", "os.removexattr", "os.mkfifo", "os.mknod", "shutil.rmtree", "shutil.copytree",
-                     "shutil.move") and args:
-            path = args[0]
-            if isinstance(path, (str, bytes, os.PathLike)):
-                path = resolve(path)
-                changing = event not in ("os.listdir", "os.scandir", "os.chdir")
-                if (changing and not inside(path, workdir)) or (not changing and not readable(path)):
-                    raise SandboxViolation(f"the grading sandbox refuses {event} on {path}")
+        if event in ("os.symlink", "os.link"):  # no grading needs a link; a link is a path the checks do not see
+            raise SandboxViolation(f"the grading sandbox refuses {event}")
+        if event in READING_EVENTS and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            path = resolve(args[0])
+            if not readable(path) or path == "/proc":
+                raise SandboxViolation(f"the grading sandbox refuses {event} on {path}")
+        if event in CHANGING_EVENTS:
+            # every path the event names (a rename's destination too) inside the working directory, and no
+            # directory descriptor (a path relative to one is not the path the check sees)
+            for value in args:
+                if isinstance(value, (str, bytes, os.PathLike)):
+                    path = resolve(value)
+                    if not inside(path, workdir):
+                        raise SandboxViolation(f"the grading sandbox refuses {event} on {path} (only the working "
+                                               "directory)")
+            tail = DIR_FD_ARGUMENTS.get(event, 0)
+            if tail and any(value not in (None, -1) for value in args[-tail:]):
+                raise SandboxViolation(f"the grading sandbox refuses {event} relative to a directory descriptor")
 
     sys.addaudithook(hook)
 
