@@ -854,7 +854,8 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
                                        f"the solution's process ran past {timeout:g} s and was stopped"))
         return _finish(report, started)
     finally:
-        _remove_tree(plan["temp_root"])
+        from lessons.grading.sandbox import remove_tree
+        remove_tree(plan["temp_root"])
         if source_digest() != before:  # the sandbox failed: say so loudly, and never PASS this run
             report["checks"].append(_check("the grader's code is unchanged", "integrity", False,
                                            "a source file of ptx/, gemm/ or lessons/ changed while this solution was "
@@ -907,17 +908,6 @@ def score(checks: list[dict]) -> dict:
             if counts["graded"] and (works or category == "correctness"):
                 points += weight * counts["passed"] / counts["graded"]
     return {"categories": by_category, "points": round(points, 1) if integrity_ok else 0.0, "possible": possible}
-
-
-def _remove_tree(folder: str) -> None:
-    """Remove a grading run's temporary folder, read-only copies included."""
-    import shutil
-    for path in Path(folder).rglob("*"):
-        try:
-            path.chmod(0o700)
-        except OSError:
-            pass
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def expected_checks(exercise, seeds: int, mode: str) -> dict[str, int]:

@@ -53,6 +53,19 @@ def to_device(x, device: int):
     return torch.from_numpy(x).to(f"cuda:{device}")
 
 
+def refill(operands, device: int, rng):
+    """New random operands copied into ``operands`` at their addresses (what a captured graph replays on); returns
+    the new float64 reference. FP8 goes through uint8 views: copy_ between float8 tensors is not everywhere."""
+    torch = _torch()
+    a = operands[0]
+    fresh, _, want = problem_on(device, a.shape[0], operands[2].shape[0], a.shape[1], rng)
+    for target, source in zip(operands, fresh):
+        if target.dtype == torch.float8_e4m3fn:
+            target, source = target.view(torch.uint8), source.view(torch.uint8)
+        target.copy_(source)
+    return want
+
+
 def check(out, want, limit=1e-3):
     got = out.float().cpu().numpy()
     assert not np.isnan(got).any(), f"{np.isnan(got).sum()} elements never written"
@@ -156,11 +169,7 @@ def test_graph_capture_on_a_side_stream(rng):
     with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
         gemm.fp8_gemm_nt((a, sa), (b, sb), out)
     for _ in range(2):
-        (a2, sa2, b2, sb2), _, want = problem_on(0, 200, 2112, 512, rng)
-        for target, source in zip((a, sa, b, sb), (a2, sa2, b2, sb2)):
-            if target.dtype == torch.float8_e4m3fn:
-                target, source = target.view(torch.uint8), source.view(torch.uint8)
-            target.copy_(source)
+        want = refill((a, sa, b, sb), 0, rng)
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize(0)
@@ -235,11 +244,7 @@ def test_cuda_graph_and_compile_on_the_second_gpu(rng):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.device(1), torch.cuda.graph(graph):
         gemm.fp8_gemm_nt((a, sa), (b, sb), out)
-    (a2, sa2, b2, sb2), _, want = problem_on(1, 256, 2112, 512, rng)
-    for target, source in zip((a, sa, b, sb), (a2, sa2, b2, sb2)):
-        if target.dtype == torch.float8_e4m3fn:
-            target, source = target.view(torch.uint8), source.view(torch.uint8)
-        target.copy_(source)
+    want = refill((a, sa, b, sb), 1, rng)
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize(1)

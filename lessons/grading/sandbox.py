@@ -137,6 +137,16 @@ def _scrubbed_environment(home: str) -> dict[str, str]:
     return env
 
 
+def remove_tree(folder) -> None:
+    """Remove a grading folder, its read-only project copy included."""
+    for path in [Path(folder), *Path(folder).rglob("*")]:
+        try:
+            path.chmod(0o700)
+        except OSError:
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 # -- the process ---------------------------------------------------------------------------------------------------
 class Oracle:
     """One sandboxed oracle for one solution file. Use as a context manager."""
@@ -235,12 +245,7 @@ class Oracle:
                 stream.close()
             except OSError:
                 pass
-        for path in [self.temp, *self.temp.rglob("*")]:
-            try:
-                path.chmod(0o700)
-            except OSError:
-                pass
-        shutil.rmtree(self.temp, ignore_errors=True)
+        remove_tree(self.temp)
 
     # -- hole functions rebuilt on the judge's side -----------------------------------------------------------------
     def defined_holes(self) -> dict[str, bool]:
@@ -381,5 +386,5 @@ def _tuples(value, depth: int = 0):
     raise HoleError("", "result", f"unusable answer of type {type(value).__name__}")
 
 
-__all__ = ["Oracle", "HoleError", "OracleDied", "strip_source", "build_copy", "rebuild", "encode_args",
+__all__ = ["Oracle", "HoleError", "OracleDied", "strip_source", "build_copy", "rebuild", "remove_tree", "encode_args",
            "decode_result"]
