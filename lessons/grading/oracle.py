@@ -39,6 +39,7 @@ CHANGING_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "
 # the trailing arguments of these events that are directory descriptors (-1: none given)
 DIR_FD_ARGUMENTS = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.utime": 1,
                     "os.chown": 1, "os.mkfifo": 1, "os.mknod": 1}
+PROTECTED_PACKAGES = ("ptx", "gemm", "lessons", "results", "tests", "tools")
 SAFE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full", "/dev/tty"})
 LIMITS = {"RLIMIT_CPU": 300, "RLIMIT_AS": 8 << 30, "RLIMIT_FSIZE": 64 << 20, "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}
 
@@ -81,7 +82,13 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
     def inside(path: str, folder: str) -> bool:
         return path == folder or path.startswith(folder + os.sep)
 
+    # the project's own packages, wherever they are installed: in a wheel install they sit in site-packages,
+    # inside the Python prefix that is otherwise readable
+    protected = tuple(os.path.join(repository, package) for package in PROTECTED_PACKAGES)
+
     def readable(path: str) -> bool:
+        if any(inside(path, folder) for folder in protected):
+            return False
         if any(inside(path, d) for d in allowed_dirs) or inside(path, own_proc) or path in SAFE_DEVICES:
             return True
         if inside(path, "/dev"):
