@@ -37,6 +37,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import gemm  # noqa: E402
+from gemm.testing.problems import reference_gemm  # noqa: E402
 
 BLOCK = 128  # the scales' granularity: shards are cut on whole 128-row / 128-column blocks
 LIMITS = {"vs_one_device": 1e-5, "vs_float64": 1e-3}
@@ -108,7 +109,7 @@ def one_device(x, w, out_dtype):
 
 def float64_reference(a, sa, b, sb):
     host = lambda t: t.cpu().numpy()  # noqa: E731
-    return gemm.reference_gemm(host(a.view(torch.uint8)), host(sa), host(b.view(torch.uint8)), host(sb))
+    return reference_gemm(host(a.view(torch.uint8)), host(sa), host(b.view(torch.uint8)), host(sb))
 
 
 def main(argv=None) -> int:

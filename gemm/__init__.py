@@ -5,9 +5,11 @@
 
 The MoE grouped GEMMs (``m_grouped_fp8_gemm_nt_contiguous``, ``m_grouped_fp8_gemm_nt_masked``) live in
 :mod:`gemm.grouped`.
-The kernel generator lives in :mod:`gemm.kernel` (config, emitters, ``generate``, launch), its heuristics in
-:mod:`gemm.heuristics`. Host-side FP8 basics live in :mod:`gemm.fp8`, argument checks in :mod:`gemm.validate`, timing and the
-accuracy measure in :mod:`gemm.testing`, the benchmark command in :mod:`gemm.bench`.
+Every GEMM type takes one call path, :mod:`gemm.dispatch` (arguments -> config -> prepared launch). The kernel
+generator lives in :mod:`gemm.kernel` (config, emitters, ``generate``, launch), its heuristics in
+:mod:`gemm.heuristics`. Host-side FP8 basics live in :mod:`gemm.fp8`, argument checks in :mod:`gemm.validate`.
+Test and benchmark support (problems, references, the timer, the peers, the emulated kernels, the benchmarks of
+``python -m gemm bench``) live in :mod:`gemm.testing`, which ``import gemm`` does not import.
 """
 from . import _compat  # noqa: F401  (before anything imports numba)
 from .api import ScaleLayoutWarning, fp8_gemm_nt, get_mn_major_tma_aligned_tensor  # noqa: F401
@@ -20,8 +22,8 @@ from .grouped import (  # noqa: F401  (MoE grouped GEMMs)
     masked_sa_to_mn_major,
 )
 from .fp8 import (  # noqa: F401
-    AMAX_FLOOR, BF16, E4M3, E4M3_MAX, GROUP, calc_diff, ceil_to_ue8m0, ceil_div, e4m3_decode, e4m3_encode, per_block_cast_to_fp8,
-    per_token_cast_to_fp8, random_problem, reference_gemm, sa_to_mn_major,
+    AMAX_FLOOR, BF16, E4M3, E4M3_MAX, GROUP, calc_diff, ceil_to_ue8m0, ceil_div, e4m3_decode, e4m3_encode,
+    per_block_cast_to_fp8, per_token_cast_to_fp8, sa_to_mn_major,
 )
 from .prebuild import prebuild  # noqa: F401  (python -m gemm prebuild)
 from ptx.driver import check_driver as _check_driver

@@ -3,7 +3,7 @@
     python -m gemm prebuild --model deepseek-v3 --jobs 8      # compile a model's kernels into the disk cache
     python -m gemm prebuild --shapes "2112,7168;24576,1536" --max-m 4096
 
-The benchmark has its own entry point, ``python -m gemm.bench``.
+The benchmark has its own entry point, ``python -m gemm bench dense``.
 """
 from __future__ import annotations
 
@@ -61,10 +61,68 @@ def _run_prebuild(args) -> int:
     return 0
 
 
+BENCHES = {  # name: (module under gemm.testing, what it times, its add_arguments / run)
+    "dense": ("bench_dense", "fp8_gemm_nt vs cuBLAS blockwise on the 18 DeepSeek shapes + 8192^3 (results/gemm_bench.json)",
+              "add_arguments", "run"),
+    "grouped": ("bench_grouped", "the m-grouped contiguous and masked GEMMs on DeepGEMM's grouped shapes "
+                "(results/grouped_bench.json)", "add_arguments", "run"),
+    "configs": ("bench_configs", "named kernel configs (production[:field=value,...]) on shapes", "add_arguments", "run"),
+    "host": ("bench_host", "host time per call without a graph: dense, grouped, cuBLAS; the hot path piece by piece",
+             "add_host_arguments", "run_host"),
+    "new-m": ("bench_host", "host cost of 50 new M: cold cache, warm disk cache, warm process", None, "run_new_m"),
+}
+
+
+def _gpu_ready(command: str, needs_torch: bool = True) -> str | None:
+    """None when a Hopper GPU (and torch with CUDA) is here, else the message that says what is missing."""
+    from ptx.device import is_hopper
+    if not is_hopper():
+        return (f"{command} times the sm_90a kernels: it needs a Hopper GPU (none found). Without one, "
+                "`python -m lessons ladder` assembles the kernels and `python -m lessons inspect 8` shows their "
+                "resources; tests/ run them on the PTX emulator.")
+    if needs_torch:
+        from gemm.testing.problems import torch_available
+        if not torch_available():
+            return f"{command} needs torch with CUDA (its inputs and the cuBLAS peer are torch tensors)."
+    return None
+
+
+def _add_bench(commands) -> None:
+    import importlib
+    parser = commands.add_parser("bench", help="benchmarks (GPU): dense | grouped | configs | host | new-m",
+                                 description="Check, then time with the one kernel timer (CUDA-graph replay of "
+                                             "(L2 flush; call) pairs minus the flushes).")
+    kinds = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    for name, (module, text, add, run) in BENCHES.items():
+        sub = kinds.add_parser(name, help=text, description=text)
+        if add:
+            getattr(importlib.import_module(f"gemm.testing.{module}"), add)(sub)
+        sub.set_defaults(run=_run_bench, bench_module=module, bench_run=run)
+
+
+def _run_bench(args) -> int:
+    import importlib
+    problem = _gpu_ready(f"python -m gemm bench {args.bench}", needs_torch=args.bench != "configs")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    return getattr(importlib.import_module(f"gemm.testing.{args.bench_module}"), args.bench_run)(args)
+
+
+def _add_sanitize(commands) -> None:
+    from gemm.testing import sanitize
+    parser = commands.add_parser("sanitize", help="compute-sanitizer memcheck/racecheck/synccheck (GPU)",
+                                 description=sanitize.__doc__.split("\n")[0])
+    sanitize.add_arguments(parser)
+    parser.set_defaults(run=sanitize.run)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gemm", description="fp8-ladder's GEMM library: commands.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_prebuild(commands)  # further commands: one _add_<name>(commands) each
+    _add_bench(commands)
+    _add_sanitize(commands)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ptx.arrays import is_torch_tensor
+
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 E4M3_MAX = 448.0
@@ -68,10 +70,6 @@ def _pad_to(x: np.ndarray, axis: int, multiple: int) -> np.ndarray:
     return np.pad(x, widths)
 
 
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch")
-
-
 def ceil_to_ue8m0(x):
     """The smallest power of two >= x, bit-exact, for positive finite float32 x (NumPy array or torch tensor).
 
@@ -82,7 +80,7 @@ def ceil_to_ue8m0(x):
     (UE8M0 is unsigned, like DeepGEMM's ``2 ** ceil(log2(|x|))``), so -x gives the result of x; +-0 -> +0;
     values above 2**127 and +-inf -> +inf; NaN -> NaN. Returns float32 of x's shape (torch: on x's device).
     """
-    if _is_torch(x):
+    if is_torch_tensor(x):
         return _ceil_to_ue8m0_torch(x)
     shape = np.shape(x)
     # At least 1-D: NumPy warns about the (intended, masked-out) wrap of mantissa - 1 on 0-d scalars only.
@@ -121,7 +119,7 @@ def _scale_of(amax, ue8m0: bool):
     return ceil_to_ue8m0(scale) if ue8m0 else scale
 
 
-def _mn_major_torch(scale):
+def mn_major_torch(scale):
     """(M, Kb) torch scales -> the same values as a strided (M, Kb) view of (Kb, align(M, 4)) storage."""
     import torch
     m, kb = scale.shape
@@ -152,11 +150,11 @@ def per_token_cast_to_fp8(x, *, mn_major: bool = False, ue8m0: bool = False):
     :func:`gemm.fp8_gemm_nt` takes them without converting. ``ue8m0=True``: power-of-two scales
     (:func:`ceil_to_ue8m0` of amax / 448).
     """
-    if _is_torch(x):
+    if is_torch_tensor(x):
         if x.dim() != 2:
             raise ValueError(f"per_token_cast_to_fp8: x must be 2-D (M, K), got shape {tuple(x.shape)}")
         q, scale = _torch_cast(x, 1, ue8m0)
-        return q, (_mn_major_torch(scale) if mn_major else scale)
+        return q, (mn_major_torch(scale) if mn_major else scale)
     x = np.asarray(x, dtype=np.float32)
     if x.ndim != 2:
         raise ValueError(f"per_token_cast_to_fp8: x must be 2-D (M, K), got shape {x.shape}")
@@ -172,7 +170,7 @@ def per_block_cast_to_fp8(x, *, ue8m0: bool = False):
     """(N, K) float -> ((N, K) e4m3, (ceil(N/128), ceil(K/128)) float32 scales), one per 128x128 block.
 
     ``ue8m0=True``: power-of-two scales (:func:`ceil_to_ue8m0` of amax / 448)."""
-    if _is_torch(x):
+    if is_torch_tensor(x):
         if x.dim() != 2:
             raise ValueError(f"per_block_cast_to_fp8: x must be 2-D (N, K), got shape {tuple(x.shape)}")
         return _torch_cast(x, GROUP, ue8m0)
@@ -204,11 +202,6 @@ def dequantize_per_block(q, scale) -> np.ndarray:
     return q * s
 
 
-def reference_gemm(a, sa, b, sb) -> np.ndarray:
-    """float64 D = (a*sa) @ (b*sb).T over the dequantized inputs: what every kernel is compared with."""
-    return dequantize_per_token(a, sa) @ dequantize_per_block(b, sb).T
-
-
 def calc_diff(x, y) -> float:
     """DeepGEMM's similarity measure: 1 - 2*sum(x*y) / sum(x*x + y*y); 0 for identical, NaN-poisoned -> nan."""
     x = np.asarray(x, dtype=np.float64)
@@ -232,32 +225,8 @@ def sa_to_mn_major(sa: np.ndarray) -> np.ndarray:
     return storage[:, :m].T
 
 
-def random_problem(m: int, n: int, k: int, rng=None):
-    """Fresh random FP8 operands with realistic, per-group-varying magnitudes: (a, sa, b, sb) on the host.
-
-    ``sa`` is returned M-major (see :func:`sa_to_mn_major`), the layout every stage accepts.
-    """
-    rng = np.random.default_rng() if rng is None else rng
-    # Per-row and per-column magnitudes that vary over orders of magnitude exercise the scale promotion.
-    x = rng.standard_normal((m, k), dtype=np.float32) * np.exp2(rng.integers(-4, 5, (m, 1))).astype(np.float32)
-    w = rng.standard_normal((n, k), dtype=np.float32) * np.exp2(rng.integers(-4, 5, (1, k))).astype(np.float32)
-    a, sa = per_token_cast_to_fp8(x)
-    b, sb = per_block_cast_to_fp8(w)
-    return a, sa_to_mn_major(sa), b, sb
-
-
-def flops(m: int, n: int, k: int) -> int:
-    return 2 * m * n * k
-
-
-def gemm_bytes(m: int, n: int, k: int) -> int:
-    """Bytes of A, B, both scale tensors and D, each moved once: the GB/s denominator."""
-    kb = ceil_div(k, GROUP)
-    return m * k + n * k + 4 * (m * kb + ceil_div(n, GROUP) * kb) + 2 * m * n
-
-
 __all__ = [
     "E4M3", "BF16", "E4M3_MAX", "GROUP", "AMAX_FLOOR", "ceil_div", "align", "e4m3_encode", "e4m3_decode",
     "bf16_to_float", "ceil_to_ue8m0", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "dequantize_per_token",
-    "dequantize_per_block", "reference_gemm", "calc_diff", "sa_to_mn_major", "random_problem", "flops", "gemm_bytes",
+    "dequantize_per_block", "calc_diff", "sa_to_mn_major",
 ]

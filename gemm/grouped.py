@@ -36,18 +36,16 @@ group at every step, which the scheduler does not arrange.
 """
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass, replace
 
 import numpy as np
 
 from gemm.fp8 import GROUP, align, ceil_div
-from gemm.heuristics import choose_grouped_config, device_facts
-from gemm.kernel.config import CONTIGUOUS_ALIGNMENT, KernelConfig
-from gemm.validate import (BF16_DTYPES, F32, FP8_DTYPES, POINTER_ALIGNMENT, SA_HELPERS, _check_devices, _view,
-                           sa_layout)
-from ptx.arrays import DeviceView, as_device_view
-from ptx.device import check_stream_of
+from gemm.kernel.config import CONTIGUOUS_ALIGNMENT
+from gemm import dispatch
+from gemm.validate import (BF16_DTYPES, F32, FP8_DTYPES, POINTER_ALIGNMENT, SA_HELPERS, GemmArgs, check_devices,
+                           device_view, sa_layout)
+from gemm.torch_interop import current_raw_stream
+from ptx.arrays import DeviceView, is_torch_tensor
 
 I32 = np.dtype(np.int32)
 _BY_HELPER = {
@@ -67,30 +65,6 @@ def get_m_alignment_for_contiguous_layout() -> int:
 
 class GroupedLayoutError(ValueError):
     """m_indices or masked_m hold values the kernel cannot use as intended."""
-
-
-@dataclass(frozen=True)
-class GroupedArgs:
-    """Validated views of one grouped call. ``m``: the rows of A (contiguous) or of one group (masked: M_max);
-    ``sa_stride``: floats between consecutive K groups of sa (contiguous) / of one group's sa (masked)."""
-    gemm_type: str
-    m: int
-    n: int
-    k: int
-    groups: int
-    a: DeviceView
-    sa: DeviceView
-    b: DeviceView
-    sb: DeviceView
-    d: DeviceView
-    layout: DeviceView
-    sa_stride: int
-    sa_row_major: bool = False  # a torch sa to be converted before launching
-
-    @property
-    def device(self) -> int:
-        """The CUDA device the call runs on: its arguments' (all on one, checked)."""
-        return self.d.device_id
 
 
 # -- checks ------------------------------------------------------------------------------------------------
@@ -120,8 +94,8 @@ def _aligned(views: dict[str, DeviceView]) -> None:
 
 def _common(kind: str, a, sa, b, sb, out, layout, layout_name: str):
     named = {"a": a, "sa": sa, "b": b, "sb": sb, "out": out, layout_name: layout}
-    views = {name: _view(name, obj) for name, obj in named.items()}
-    _check_devices(views)
+    views = {name: device_view(name, obj) for name, obj in named.items()}
+    check_devices(views)
     _dtype("a", views["a"], FP8_DTYPES, "e4m3 FP8")
     _dtype("b", views["b"], FP8_DTYPES, "e4m3 FP8")
     _dtype("sa", views["sa"], (F32,), "float32 scales")
@@ -160,7 +134,7 @@ def _host_values(view: DeviceView, force: bool):
         return obj._ary
     if not force:
         return None
-    if type(obj).__module__.startswith("torch"):
+    if is_torch_tensor(obj):
         return obj.detach().cpu().numpy()
     if hasattr(obj, "copy_to_host"):
         return obj.copy_to_host()
@@ -195,7 +169,7 @@ def check_m_indices(indices: np.ndarray, groups: int) -> None:
 
 
 def check_contiguous_args(a, sa, b, sb, out, m_indices, *, check_indices: bool | None = None,
-                          accept_row_major_sa: bool = False) -> GroupedArgs:
+                          accept_row_major_sa: bool = False) -> GemmArgs:
     """Validate the contiguous layout's arguments (see the module docstring); returns their views."""
     views, groups, n, k, kb = _common("contiguous", a, sa, b, sb, out, m_indices, "m_indices")
     va, vsa = views["a"], views["sa"]
@@ -225,9 +199,8 @@ def check_contiguous_args(a, sa, b, sb, out, m_indices, *, check_indices: bool |
     values = _host_values(views["m_indices"], bool(check_indices))
     if values is not None and check_indices is not False:
         check_m_indices(values, groups)
-    stride = (vsa.strides[1] if kb > 1 else align(m, 4)) if layout == "m_major" else align(m, 4)
-    return GroupedArgs("contiguous", m, n, k, groups, va, vsa, views["b"], views["sb"], views["out"],
-                       views["m_indices"], stride, layout == "row_major")
+    return GemmArgs(m, n, k, va, vsa, views["b"], views["sb"], views["out"], sa_layout=layout,
+                    gemm_type="contiguous", groups=groups, layout=views["m_indices"])
 
 
 def masked_sa_stride(view: DeviceView) -> int | None:
@@ -249,7 +222,7 @@ def masked_sa_stride(view: DeviceView) -> int | None:
 
 
 def check_masked_args(a, sa, b, sb, out, masked_m, expected_m: int, *, check_masked_m: bool | None = None,
-                      accept_row_major_sa: bool = False) -> GroupedArgs:
+                      accept_row_major_sa: bool = False) -> GemmArgs:
     """Validate the masked layout's arguments (see the module docstring); returns their views."""
     views, groups, n, k, kb = _common("masked", a, sa, b, sb, out, masked_m, "masked_m")
     va, vsa = views["a"], views["sa"]
@@ -287,15 +260,16 @@ def check_masked_args(a, sa, b, sb, out, masked_m, expected_m: int, *, check_mas
         if bad.size:
             raise GroupedLayoutError(f"masked_m[{bad[0]}] = {values[bad[0]]}: each count must be in 0..M_max = {m} "
                                      "(a.shape[1])")
-    return GroupedArgs("masked", m, n, k, groups, va, vsa, views["b"], views["sb"], views["out"],
-                       views["masked_m"], align(m, 4) if row_major else stride, row_major)
+    return GemmArgs(m, n, k, va, vsa, views["b"], views["sb"], views["out"],
+                    sa_layout="row_major" if row_major else "m_major", gemm_type="masked", groups=groups,
+                    layout=views["masked_m"], sa_pitch=None if row_major else stride)
 
 
 # -- scales in the kernel's layout ---------------------------------------------------------------------------
 def masked_sa_to_mn_major(sa):
     """(G, M_max, Kb) scales -> the same values stored M-major per group, strides (Kb*S, 1, S), S = align(M_max, 4)
     (a copy; NumPy or torch, on sa's device, padding zeroed): what :func:`m_grouped_fp8_gemm_nt_masked` reads."""
-    if type(sa).__module__.startswith("torch"):
+    if is_torch_tensor(sa):
         import torch
         groups, m, kb = sa.shape
         storage = torch.zeros((groups, kb, align(m, 4)), dtype=torch.float32, device=sa.device)
@@ -308,59 +282,11 @@ def masked_sa_to_mn_major(sa):
     return storage[:, :, :m].transpose(0, 2, 1)
 
 
-_warned_row_major = False
-
-
-def _convert_row_major_sa(args: GroupedArgs, stream) -> GroupedArgs:
-    global _warned_row_major
-    if not _warned_row_major:
-        _warned_row_major = True
-        from gemm.api import ScaleLayoutWarning
-        warnings.warn(f"m-grouped {args.gemm_type} GEMM: sa is row-major; it is converted to the kernel's M-major "
-                      "layout on the device at every call (an extra copy kernel). Store it M-major once "
-                      "(gemm.per_token_cast_to_fp8(x, mn_major=True) / gemm.grouped.masked_sa_to_mn_major(sa)) to "
-                      "avoid it. (Warned once per process.)", ScaleLayoutWarning, stacklevel=4)
-    from gemm.api import _sa_to_m_major_torch, _torch_stream_of
-    sa = args.sa.obj
-    if args.gemm_type == "contiguous":
-        converted = _sa_to_m_major_torch(sa, stream)
-    else:
-        import torch
-        groups, m, kb = sa.shape
-        with torch.cuda.stream(_torch_stream_of(stream, sa.device)):
-            storage = torch.empty((groups, kb, align(m, 4)), dtype=torch.float32, device=sa.device)
-            converted = storage[:, :, :m].transpose(1, 2)
-            converted.copy_(sa)
-    view = as_device_view(converted)
-    stride = view.strides[1] if args.gemm_type == "contiguous" and view.shape[1] > 1 else align(args.m, 4)
-    return replace(args, sa=view, sa_stride=stride, sa_row_major=False)
-
-
 # -- the calls -------------------------------------------------------------------------------------------------
 def _stream_for(out, stream):
-    if stream is None and type(out).__module__.startswith("torch") and out.is_cuda:
-        import torch
-        return torch._C._cuda_getCurrentRawStream(out.get_device())
+    if stream is None and is_torch_tensor(out) and out.is_cuda:
+        return current_raw_stream(out)
     return stream
-
-
-def _pick_config(args: GroupedArgs, config, heuristic_m: int) -> KernelConfig:
-    if callable(config):
-        config = config(heuristic_m, args.n, args.k)
-    config = config or choose_grouped_config(args.gemm_type, heuristic_m, args.n, args.k, args.groups,
-                                             device_facts(args.device))
-    if config.gemm_type != args.gemm_type:
-        raise ValueError(f"config {config.describe()} is for gemm_type={config.gemm_type!r}, this call is "
-                         f"{args.gemm_type!r}")
-    return config
-
-
-def _launch(args: GroupedArgs, config: KernelConfig, stream) -> None:
-    from gemm.kernel.launch import launch_grouped
-    check_stream_of(stream, args.device)
-    if args.sa_row_major:
-        args = _convert_row_major_sa(args, stream)
-    launch_grouped(config, args, sm_count=device_facts(args.device).sm_count, stream=stream)
 
 
 def m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices, *, check_indices: bool | None = None,
@@ -376,10 +302,19 @@ def m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices, *, check_indices:
     stream handle or object (default: torch's current stream for a torch ``out``). ``config``: a KernelConfig with
     gemm_type="contiguous" (or a function of (M, N, K) returning one) instead of the heuristics'."""
     (a, sa), (b, sb) = lhs, rhs
+    key = None
+    if stream is None and config is None and not check_indices and is_torch_tensor(out) and out.is_cuda:
+        try:
+            key = dispatch.grouped_signature("contiguous", a, sa, b, sb, out, m_indices, None)
+        except AttributeError:  # an argument that is not a tensor: the checks below name it
+            key = None
+        else:
+            prepared = dispatch.PREPARED.get(key)
+            if prepared is not None:
+                return prepared(current_raw_stream(out))
     args = check_contiguous_args(a, sa, b, sb, out, m_indices, check_indices=check_indices,
-                                 accept_row_major_sa=type(sa).__module__.startswith("torch"))
-    stream = _stream_for(out, stream)
-    _launch(args, _pick_config(args, config, args.m), stream)
+                                 accept_row_major_sa=is_torch_tensor(sa))
+    dispatch.run(args, _stream_for(out, stream), config, plan_key=key)
 
 
 def m_grouped_fp8_gemm_nt_masked(lhs, rhs, out, masked_m, expected_m: int, *, check_masked_m: bool | None = None,
@@ -393,12 +328,21 @@ def m_grouped_fp8_gemm_nt_masked(lhs, rhs, out, masked_m, expected_m: int, *, ch
     ``check_masked_m``: as ``check_indices`` of :func:`m_grouped_fp8_gemm_nt_contiguous` (counts in 0..M_max).
     ``stream``, ``config``: as there (gemm_type="masked"; the function gets (expected_m, N, K))."""
     (a, sa), (b, sb) = lhs, rhs
+    key = None
+    if stream is None and config is None and not check_masked_m and is_torch_tensor(out) and out.is_cuda:
+        try:
+            key = dispatch.grouped_signature("masked", a, sa, b, sb, out, masked_m, expected_m)
+        except AttributeError:  # an argument that is not a tensor: the checks below name it
+            key = None
+        else:
+            prepared = dispatch.PREPARED.get(key)
+            if prepared is not None:
+                return prepared(current_raw_stream(out))
     args = check_masked_args(a, sa, b, sb, out, masked_m, expected_m, check_masked_m=check_masked_m,
-                             accept_row_major_sa=type(sa).__module__.startswith("torch"))
-    stream = _stream_for(out, stream)
-    _launch(args, _pick_config(args, config, min(int(expected_m), args.m)), stream)
+                             accept_row_major_sa=is_torch_tensor(sa))
+    dispatch.run(args, _stream_for(out, stream), config, heuristic_m=min(int(expected_m), args.m), plan_key=key)
 
 
 __all__ = ["m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", "get_m_alignment_for_contiguous_layout",
-           "masked_sa_to_mn_major", "check_contiguous_args", "check_masked_args", "check_m_indices", "GroupedArgs",
+           "masked_sa_to_mn_major", "check_contiguous_args", "check_masked_args", "check_m_indices",
            "GroupedLayoutError"]

@@ -29,14 +29,15 @@ from gemm.heuristics import BLOCK_M_CANDIDATES, DeviceFacts, choose_config, devi
 from gemm.kernel.config import KernelConfig
 
 DEFAULT_MAX_M = 16384
-MODELS = ("deepseek-v3",)
+# The (N, K) of a model's dense GEMMs: DeepSeek-V3's six projections (DeepGEMM's test shapes; the bench's too).
+MODEL_SHAPES = {"deepseek-v3": [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]}
+MODELS = tuple(MODEL_SHAPES)
 
 
 def model_shapes(name: str) -> list[tuple[int, int]]:
     """The distinct (N, K) of a named model's dense GEMMs (``deepseek-v3``: its six projections)."""
-    if name == "deepseek-v3":
-        from gemm.bench import DEEPSEEK_SHAPES
-        return sorted({(n, k) for _, n, k in DEEPSEEK_SHAPES})
+    if name in MODEL_SHAPES:
+        return sorted(MODEL_SHAPES[name])
     raise ValueError(f"unknown model {name!r}: known models are {', '.join(MODELS)}; pass shapes=[(N, K), ...] "
                      "for others")
 

@@ -8,7 +8,7 @@ also be called directly::
 It mutates ``out`` and returns nothing (as vLLM's DeepGEMM op does). ``c`` is None or an FP32 (M, N) addend that
 is not ``out``; ``in_place=True`` adds into ``out`` itself (D += A*B), which a custom op cannot express by
 passing ``out`` twice. The fake implementation only checks devices, shapes and dtypes: nothing is allocated,
-``out`` already exists. The real one runs on the tensors' device (``gemm.fp8_gemm_nt``), under any current device. Importing this module registers the op (``import gemm`` does it when torch is already imported).
+``out`` already exists. The real one runs on the tensors' device (the call path of :mod:`gemm.dispatch`), under any current device. Importing this module registers the op (``import gemm`` does it when torch is already imported).
 """
 from __future__ import annotations
 
@@ -17,15 +17,17 @@ from typing import Optional
 import torch
 
 from gemm.fp8 import ceil_div
+from gemm.dispatch import run_dense
 
 NAMESPACE = "fp8_ladder"
+
 
 
 @torch.library.custom_op(f"{NAMESPACE}::fp8_gemm_nt", mutates_args=("out",), device_types="cuda")
 def fp8_gemm_nt(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, out: torch.Tensor,
                 c: Optional[torch.Tensor] = None, in_place: bool = False) -> None:
-    from gemm.api import fp8_gemm_nt as run
-    run((a, sa), (b, sb), out, out if in_place else c)
+    from gemm.torch_interop import current_raw_stream
+    run_dense(a, sa, b, sb, out, out if in_place else c, current_raw_stream(out))
 
 
 @fp8_gemm_nt.register_fake

@@ -48,15 +48,24 @@ class GemmArgs:
     sb: DeviceView
     d: DeviceView
     c: DeviceView | None = None
-    # "row_major" only when the caller asked check_gemm_args to accept it: that caller must convert sa to
+    # "row_major" only when the caller asked the checks to accept it: the call path (gemm.dispatch) converts sa to
     # "m_major" (the only layout a kernel reads) before launching.
     sa_layout: str = "m_major"
+    # The m-grouped GEMMs (gemm.grouped): the kernel type, G, and the device array that maps rows to groups
+    # (contiguous: m_indices) or counts each group's rows (masked: masked_m). M is the rows of A (contiguous) or
+    # of one group (masked: M_max).
+    gemm_type: str = "normal"
+    groups: int = 1
+    layout: DeviceView | None = None
+    sa_pitch: int | None = None  # masked: floats between one group's K groups of sa (None: from sa's strides)
 
     @property
     def sa_stride(self) -> int:
         """Elements between consecutive K groups of sa (the padded M)."""
         if self.sa_layout != "m_major":
             raise ValueError("sa is row-major: convert it to the M-major layout before launching")
+        if self.sa_pitch is not None:
+            return self.sa_pitch
         return self.sa.strides[1] if self.sa.shape[1] > 1 else align(self.m, 4)
 
     @property
@@ -80,7 +89,8 @@ def sa_layout(view: DeviceView, m: int, kb: int) -> str | None:
     return None
 
 
-def _view(name: str, obj) -> DeviceView:
+def device_view(name: str, obj) -> DeviceView:
+    """``obj`` as a DeviceView; an array type we cannot read names the argument."""
     try:
         return as_device_view(obj)
     except TypeError as exc:
@@ -94,7 +104,8 @@ def _what(view: DeviceView) -> str:
     return f"{kind} on {device}" if device is not None else kind
 
 
-def _check_devices(views: dict[str, DeviceView]) -> None:
+def check_devices(views: dict[str, DeviceView]) -> None:
+    """Every argument in device memory, all on one device; else an error naming them and the fix."""
     # Numba's simulator arrays report device 0 (ptx.arrays), so these checks hold there too: no mode skips them.
     for name, view in views.items():
         if not view.on_device:
@@ -144,8 +155,8 @@ def check_gemm_args(a, sa, b, sb, d, c=None, *, k_multiple: int = GROUP, accept_
     addend; it needs an FP32 d.
     """
     named = dict(zip(NAMES, (a, sa, b, sb, d)), **({"c": c} if c is not None else {}))
-    views = {name: _view(name, obj) for name, obj in named.items()}
-    _check_devices(views)
+    views = {name: device_view(name, obj) for name, obj in named.items()}
+    check_devices(views)
     va, vsa, vb, vsb, vd = (views[name] for name in NAMES)
     vc = views.get("c")
 
@@ -203,5 +214,5 @@ def check_gemm_args(a, sa, b, sb, d, c=None, *, k_multiple: int = GROUP, accept_
     return GemmArgs(m, n, k, va, vsa, vb, vsb, vd, vc, layout)
 
 
-__all__ = ["GemmArgs", "check_gemm_args", "sa_layout", "SA_HELPERS", "FP8_DTYPES", "BF16_DTYPES", "F32",
+__all__ = ["GemmArgs", "check_gemm_args", "check_devices", "device_view", "sa_layout", "SA_HELPERS", "FP8_DTYPES", "BF16_DTYPES", "F32",
            "POINTER_ALIGNMENT"]

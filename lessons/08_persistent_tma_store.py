@@ -4,7 +4,7 @@ Stage 07 still launched one CTA per output tile. Each CTA paid its prologue (bar
 latency) and its epilogue (every warp storing D) with the tensor cores idle, and the grid's order walked all of
 B past each row block of A. Two changes, one idea each (the ablation flags below turn each off):
 
-* **persistent, grouped schedule** (:mod:`gemm.kernel.scheduler`): the grid is the SM count; CTA c computes
+* **persistent, grouped schedule** (:mod:`gemm.kernel.tile_scheduler`): the grid is the SM count; CTA c computes
   tiles c, c + grid, ... The producer's (stage, parity) counters carry across tiles, so it starts loading the
   next tile while the math warpgroups finish this one. Tiles are numbered in groups of G n-blocks (n fastest),
   so the ~132 tiles in flight share A rows and B rows in L2.
@@ -29,7 +29,7 @@ from lessons.generated import GeneratedStage
 IDEA = "persistent grouped tile schedule + stmatrix/TMA-store epilogue overlapping the next tile"
 KIND = "ptx"
 KERNEL = "fp8_gemm"
-EMITTER = "gemm.kernel.scheduler.TileScheduler, gemm.kernel.epilogue.TmaEpilogue"
+EMITTER = "gemm.kernel.tile_scheduler.TileScheduler, gemm.kernel.epilogue.TmaEpilogue"
 
 
 def _raster(m, n, k):

@@ -17,7 +17,7 @@ neighbours along N. Launch the persistent grid in *clusters* of two CTAs (``.req
   and before exit each producer drains its ring (waits for the last ``stages`` releases) and the cluster meets
   again, so no remote arrive or multicast targets a CTA that has exited.
 
-The config is stage 08's plus ``multicast=2``; the emitters are :meth:`gemm.kernel.scheduler.TileScheduler.pair_flags`,
+The config is stage 08's plus ``multicast=2``; the emitters are :meth:`gemm.kernel.tile_scheduler.TileScheduler.pair_flags`,
 :meth:`gemm.kernel.producer.Ring.load` (multicast issue) and the cluster release in
 :meth:`gemm.kernel.generator._Kernel.release`. A's L2 reads halve: with 128 x 128 tiles, the bytes per tile fed
 from L2 drop from (128 + 128) to (64 + 128) rows of K.
@@ -35,7 +35,7 @@ from lessons.generated import GeneratedStage
 IDEA = "TMA multicast: 2-CTA clusters share A; both CTAs' warps release every stage (remote mbarrier arrives)"
 KIND = "ptx"
 KERNEL = "fp8_gemm"
-EMITTER = "gemm.kernel.scheduler.TileScheduler.pair_flags, gemm.kernel.producer.Ring.load"
+EMITTER = "gemm.kernel.tile_scheduler.TileScheduler.pair_flags, gemm.kernel.producer.Ring.load"
 CHANGE = {"multicast": lambda m, n, k: 2 if lessons.stage(8).config(m, n, k).persistent else 1}
 
 STAGE = GeneratedStage(9, CHANGE, previous=lessons.stage(8).STAGE)

@@ -14,7 +14,7 @@ yield/no-reuse pattern for CTAs of more than 8 warps and none for 8 warps or few
 (384 threads, two waves): 64 of its 128 promotion FFMAs yield before any pass, and DeepGEMM's rule flips 2; this
 stage's 128 x 128 kernel: 32 of 64, and the rule flips 1. A 256-thread kernel (one math warpgroup, 64 x 128 tiles):
 0 of 64 yield, and the rule flips 18. Whether that is worth anything is a timing question:
-``results/ffma_pass.json`` (``python tools/sweep_configs.py bench production
+``results/ffma_pass.json`` (``python -m gemm bench configs bench production
 "production:post_passes=('ffma_deepgemm',)" "production:post_passes=('ffma_every_other',)"``) has every shape with
 and without the pass, and the production heuristics enable it only if it measured faster
 (``FP8LADDER_FFMA_INTERLEAVE=deepgemm|every_other`` turns it on by hand).

@@ -2,7 +2,7 @@
 
 A stage that must bundle ideas lists them as ``ABLATIONS = {label: changes}``; each row is the stage with one
 change undone, checked against the float64 reference (NaN-poisoned D, every element written) and timed with the
-ladder's one kernel timer (:func:`gemm.testing.bench_kernel`: CUDA-graph replay of (L2 flush; call) pairs), next to
+ladder's one kernel timer (:func:`gemm.testing.timer.bench_kernel`: CUDA-graph replay of (L2 flush; call) pairs), next to
 the previous stage and the stage itself, on the same inputs. Writes ``ablation_NN.json``. The changes are:
 
 * for a stage built on the production generator (08): :class:`gemm.kernel.config.KernelConfig` fields;
@@ -77,8 +77,8 @@ def uses_options(number: int) -> bool:
 def ablation_columns(rows: list[dict]):
     """The table's columns (terminal and docs/ladder.md): stage 08's, plus registers, spills and the SASS opcode
     counts that differ between rows when the rows carry them (04, 05); no timing columns for rows never timed."""
-    from gemm.bench import CONFIG_COLUMNS
-    from gemm.testing import Column
+    from gemm.testing.bench_configs import CONFIG_COLUMNS
+    from gemm.testing.records import Column
     columns = CONFIG_COLUMNS[:2]
     if any("registers" in row for row in rows):
         columns += [Column("registers", "regs"), Column("spill_bytes", "spill B")]
@@ -96,7 +96,7 @@ def _table_rows(rows: list[dict]) -> list[dict]:
 
 
 def format_ablation_table(rows: list[dict], *, markdown: bool = False) -> str:
-    from gemm.testing import format_table
+    from gemm.testing.records import format_table
     return format_table(ablation_columns(rows), _table_rows(rows), markdown=markdown)
 
 
@@ -125,10 +125,10 @@ def time_options(number: int, m: int, n: int, k: int, rng=None) -> list[dict]:
     """Check then time the previous stage, the stage and each ablated variant on one problem (GPU)."""
     import numpy as np
 
-    from gemm.bench import reference_rows
-    from gemm.fp8 import flops, gemm_bytes, random_problem
-    from gemm.harness import checked_run, device_problem
-    from gemm.testing import bench_kernel
+    from gemm.testing.problems import reference_rows
+    from gemm.testing.problems import flops, gemm_bytes, random_problem
+    from gemm.testing.problems import checked_run, device_problem
+    from gemm.testing.timer import bench_kernel
     module = lessons.stage(number)
     previous = lessons.stage(number - 1)
     rng = rng or np.random.default_rng()
@@ -175,11 +175,11 @@ def ablate(number: int, m: int, n: int, k: int, out: Path) -> int:
         for name, config in configs.items():
             print(f"  {name}: {config.describe()}")
         return 0
-    from gemm.testing import command_line, device_info, write_result
+    from gemm.testing.records import command_line, device_info, write_result
     if options:
         rows = time_options(number, m, n, k)
     else:
-        from gemm.bench import time_configs
+        from gemm.testing.bench_configs import time_configs
         rows = time_configs(m, n, k, configs)
     base = next(r for r in rows if r["name"] == f"stage {number:02d}")
     for row in rows:

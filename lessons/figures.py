@@ -18,8 +18,8 @@ figure                         drawn from
 05_sw128_atom                  ``sw128_offset`` (ptx.vocab.wgmma)
 05_wgmma_accumulator           ``accumulator_coords`` (ptx.vocab.wgmma)
 06_tma_ring_timeline           stage 06's PTX run by the CPU emulator, its mbarrier/TMA/wgmma events traced
-07_producer_consumer_timeline  stage 07's generator config run by the emulator (gemm.emulated), traced
-08_tile_raster                 ``schedule`` / ``tile_coords`` (gemm.kernel.scheduler)
+07_producer_consumer_timeline  stage 07's generator config run by the emulator (gemm.testing.emulated), traced
+08_tile_raster                 ``schedule`` / ``tile_coords`` (gemm.kernel.tile_scheduler)
 09_cluster_multicast           ``schedule`` + the pair rule of ``TileScheduler.pair_flags``
 10_ffma_yield_bits             stage 09 / 10 cubins, ``is_yield``, ``reuse_b``, ``ffma_runs`` (ptx.passes)
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
@@ -724,8 +724,8 @@ def stage06_trace(k_blocks: int = 10) -> RingTrace:
 
 
 def stage07_trace(k_blocks: int = 10) -> RingTrace:
-    """Stage 07's config at the ladder shape, run by gemm.emulated.run_gemm on one tile with K = k_blocks x 128."""
-    from gemm.emulated import run_gemm
+    """Stage 07's config at the ladder shape, run by gemm.testing.emulated.run_gemm on one tile with K = k_blocks x 128."""
+    from gemm.testing.emulated import run_gemm
     from gemm.kernel import SharedPlan
     config = lessons.stage(7).config(*LADDER_SHAPE)
     m, n, k = config.block_m, config.block_n, k_blocks * 128
@@ -871,8 +871,8 @@ def producer_consumer_timeline() -> Figure:
 # ============================================================================ stage 08: the tile raster
 def raster_map(m_blocks: int, n_blocks: int, grid: int, group: int) -> dict[str, np.ndarray]:
     """(m_blocks x n_blocks) arrays ``owner`` (CTA), ``step`` (its index in that CTA's walk), ``count`` (times the
-    tile is computed), from gemm.kernel.scheduler.schedule: the walk the persistent kernel's PTX computes."""
-    from gemm.kernel.scheduler import schedule
+    tile is computed), from gemm.kernel.tile_scheduler.schedule: the walk the persistent kernel's PTX computes."""
+    from gemm.kernel.tile_scheduler import schedule
     out = {"owner": np.full((m_blocks, n_blocks), -1), "step": np.full((m_blocks, n_blocks), -1),
            "count": np.zeros((m_blocks, n_blocks), int)}
     for cta in range(grid):
@@ -884,7 +884,7 @@ def raster_map(m_blocks: int, n_blocks: int, grid: int, group: int) -> dict[str,
 
 def wave_footprint(m_blocks: int, n_blocks: int, grid: int, group: int) -> float:
     """Mean over waves of (distinct A row blocks + distinct B column blocks) the wave's tiles read."""
-    from gemm.kernel.scheduler import tile_coords
+    from gemm.kernel.tile_scheduler import tile_coords
     coords = [tile_coords(t, m_blocks, n_blocks, group) for t in range(m_blocks * n_blocks)]
     waves = [coords[w:w + grid] for w in range(0, len(coords), grid)]
     return float(np.mean([len({mb for mb, _ in wave}) + len({nb for _, nb in wave}) for wave in waves]))
@@ -892,7 +892,7 @@ def wave_footprint(m_blocks: int, n_blocks: int, grid: int, group: int) -> float
 
 def tile_raster(m_blocks: int = 12, n_blocks: int = 20, grid: int = 13, groups=(0, 4)) -> Figure:
     """The persistent schedule of a toy GPU: tiles coloured by CTA, labelled with the step; boxed, the first wave."""
-    from gemm.kernel.scheduler import tile_coords
+    from gemm.kernel.tile_scheduler import tile_coords
     fig = _figure(7 * len(groups), 4.8)
     for ax, group in zip(np.atleast_1d(fig.subplots(1, len(groups))), groups):
         data = raster_map(m_blocks, n_blocks, grid, group)
@@ -907,7 +907,7 @@ def tile_raster(m_blocks: int = 12, n_blocks: int = 20, grid: int = 13, groups=(
                      fontsize=10)
         ax.set_xlabel("n block")
         ax.set_ylabel("m block")
-    fig.suptitle(f"Stage 08: gemm.kernel.scheduler.schedule, {m_blocks} x {n_blocks} tiles on {grid} CTAs "
+    fig.suptitle(f"Stage 08: gemm.kernel.tile_scheduler.schedule, {m_blocks} x {n_blocks} tiles on {grid} CTAs "
                  "(colour = CTA, number = its step; boxed: the first wave, the tiles in flight together)", fontsize=10)
     return fig
 
@@ -917,7 +917,7 @@ def cluster_steps(grid: int, m_blocks: int, n_blocks: int, group: int) -> list[t
     """[(cluster, step, rank 0's tile, rank 1's tile or None, A multicast)]: CTAs 2c and 2c + 1 walk their
     ``schedule`` side by side; TileScheduler.pair_flags multicasts A when both have a tile and the tiles share
     their m block (the pair's tiles are t and t + 1, t even: the same rule from the pair's first tile)."""
-    from gemm.kernel.scheduler import schedule
+    from gemm.kernel.tile_scheduler import schedule
     steps = []
     for cluster in range(grid // 2):
         walks = [schedule(2 * cluster + rank, grid, m_blocks, n_blocks, group) for rank in (0, 1)]

@@ -37,8 +37,8 @@ class GeneratedStage:
         return _generate(self.config(m, n, k), n, k)
 
     def emulate(self, a, sa, b, sb, *, seed: int | None = None, sm_count: int = 3):
-        """This stage's kernel for host operands on the CPU emulator (gemm.emulated.run_gemm): D as float32."""
-        from gemm.emulated import run_gemm
+        """This stage's kernel for host operands on the CPU emulator (gemm.testing.emulated.run_gemm): D as float32."""
+        from gemm.testing.emulated import run_gemm
         m, k = a.shape
         return run_gemm(self.config(m, b.shape[0], k), a, sa, b, sb, sm_count=sm_count, seed=seed)
 

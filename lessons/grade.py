@@ -21,7 +21,7 @@ The checks, each ``{"name", "category", "graded", "passed", "detail", ...}``:
 * technique: the candidate's SASS has the exercise's required opcode prefixes and none of its forbidden ones; no
   spills (``Candidate.resources()``, optional: a ``ptx.compile.Resources`` or ``{"registers", "spill_stores",
   "spill_loads"}``);
-* performance (GPU only): :func:`gemm.testing.bench_kernel` on each GPU shape, TFLOP/s and the share of the stage's
+* performance (GPU only): :func:`gemm.testing.timer.bench_kernel` on each GPU shape, TFLOP/s and the share of the stage's
   speed-of-light bound (:func:`lessons.ladder.speed_of_light`); a time that is <= 0 or implies more than 100% of
   the bound is an "impossible time" and fails; the last timed output is checked, then fresh inputs are generated,
   run and checked again. Passes at >= the stage's threshold for that shape (results/grading.json: a share per
@@ -222,14 +222,14 @@ def copy_findings(source: str, exercise) -> list[str]:
 # ------------------------------------------------------------------------------------------- backends
 
 class DeviceBackend:
-    """The real GPU: Numba device arrays in the contract's layout (gemm.harness), BF16 D poisoned with NaN."""
+    """The real GPU: Numba device arrays in the contract's layout (gemm.testing.problems), BF16 D poisoned with NaN."""
 
     def put(self, host):
-        from gemm.harness import device_problem
+        from gemm.testing.problems import device_problem
         return device_problem(*host)
 
     def poison(self, problem) -> None:
-        from gemm.bench import BF16_NAN_BITS
+        from gemm.testing.problems import BF16_NAN_BITS
         problem.d.copy_to_device(np.full(problem.d.shape, BF16_NAN_BITS, dtype=np.uint16))
 
     def launch(self, candidate, problem, stream: int = 0) -> None:
@@ -244,7 +244,7 @@ class DeviceBackend:
         return bf16_to_float(problem.d.copy_to_host())
 
     def timer(self, launch: Callable[[int], None], before_replay: Callable[[], None] | None = None):
-        from gemm.testing import bench_kernel
+        from gemm.testing.timer import bench_kernel
         return bench_kernel(launch, before_replay=before_replay)
 
 
@@ -273,8 +273,8 @@ def _reference(exercise, host, rng, *, sample: bool):
     if custom is not None:
         values = np.asarray(custom(*host), dtype=np.float64)
         return np.arange(values.shape[0]), values
-    from gemm.bench import reference_rows
-    from gemm.fp8 import reference_gemm
+    from gemm.testing.problems import reference_rows
+    from gemm.testing.problems import reference_gemm
     if not sample:
         return np.arange(host[0].shape[0]), reference_gemm(*host)
     ref = reference_rows(*host, rng)
@@ -285,7 +285,7 @@ def _problem(exercise, shape, rng):
     custom = (getattr(exercise, "extra", None) or {}).get("problem")
     if custom is not None:
         return custom(*shape, rng)
-    from gemm.fp8 import random_problem
+    from gemm.testing.problems import random_problem
     return random_problem(*shape, rng)
 
 
@@ -538,7 +538,7 @@ def sol_bound(exercise, shape) -> dict | None:
 
 def performance_verdict(timing, bound: dict | None, shape, threshold: float | None) -> dict:
     """TFLOP/s and share of the bound of one timing; an impossible time (<= 0, or faster than the bound) fails."""
-    from gemm.fp8 import flops
+    from gemm.testing.problems import flops
     work = flops(*shape)
     median_us, min_us = float(timing.median_us), float(timing.min_us)
     nodes = getattr(timing, "nodes_per_call", None)
@@ -690,7 +690,7 @@ def _preload(exercise, mode: str) -> None:
     runs (the sandbox refuses that; this is the second layer) cannot become the judge's code."""
     import importlib
     import lessons
-    for name in ("gemm.emulated", "gemm.harness", "gemm.testing", "gemm.bench", "gemm.kernel.launch", "ptx.sass",
+    for name in ("gemm.testing.emulated", "gemm.testing.problems", "gemm.testing", "gemm.bench", "gemm.kernel.launch", "ptx.sass",
                  "ptx.compile", "ptx.passes", "ptx.emulate", "ptx.runtime", "ptx.tma", "lessons.ladder",
                  "lessons.exercises.holed", "lessons.grading.traced", "lessons.numba_fp8"):
         try:

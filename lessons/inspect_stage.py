@@ -192,7 +192,7 @@ def format_report(report: dict) -> str:
 
 
 def _speed_of_light_lines(number: int, m: int, n: int, k: int) -> str | None:
-    from gemm.testing import three_digits
+    from gemm.testing.records import three_digits
     from lessons.ladder import committed_summary, speed_of_light
     bound = speed_of_light(number, m, n, k)
     if bound is None:

@@ -3,7 +3,7 @@
 On a GPU: one random problem (default M=4096, N=4096, K=7168), the same device arrays for every stage;
 each stage's output is poisoned with NaN, computed once, checked (every element written; diff against a
 float64 reference on a sample of rows, see :mod:`gemm.bench`), then timed with the one kernel timer
-(:func:`gemm.testing.bench_kernel`). Writes ``ladder.json`` (device, clocks, versions, date, rows) and
+(:func:`gemm.testing.timer.bench_kernel`). Writes ``ladder.json`` (device, clocks, versions, date, rows) and
 ``ladder.png`` into ``--out``. A stage that fails to import or run is reported and the others go on.
 
 Without a GPU: the Numba stages run in Numba's CUDA simulator on a tiny shape (correctness only), every stage
@@ -25,11 +25,12 @@ from pathlib import Path
 import numpy as np
 
 import lessons
-from gemm.bench import CublasBlockwise, reference_rows, time_peer, torch_available
-from gemm.fp8 import flops, gemm_bytes, random_problem
-from gemm.harness import DeviceProblem, checked_run as _checked_run, device_problem
-from gemm.testing import (Column, bench_kernel, command_line, device_info, format_table, three_digits,
-                          write_result)
+from gemm.testing.peers import CublasBlockwise, time_peer
+from gemm.testing.problems import reference_rows, torch_available
+from gemm.testing.problems import flops, gemm_bytes, random_problem
+from gemm.testing.problems import DeviceProblem, checked_run as _checked_run, device_problem
+from gemm.testing.records import Column, command_line, device_info, format_table, three_digits, write_result
+from gemm.testing.timer import bench_kernel
 
 WIDTH = 120  # every table this command prints fits a terminal this wide
 COMMITTED = Path(__file__).resolve().parent.parent / "results" / "ladder.json"
@@ -225,7 +226,7 @@ def read_committed(path: Path = COMMITTED) -> dict | None:
     """The committed GPU run (results/ladder.json), or None when there is none."""
     if not path.exists():
         return None
-    from gemm.testing import read_result
+    from gemm.testing.records import read_result
     return read_result(path)
 
 

@@ -29,7 +29,7 @@ computed and written; the graph replays with new counts in the same buffer. Sinc
 counts, it passes ``expected_m`` (say, the average tokens per expert) to pick the block shape and grid; any counts
 in 0..M_max still compute correctly.
 
-**What the scheduler does differently** (gemm/kernel/scheduler.py). Dense persistent: CTA c computes tiles
+**What the scheduler does differently** (gemm/kernel/tile_scheduler.py). Dense persistent: CTA c computes tiles
 c, c + grid, c + 2 grid, ... of the (m blocks x n blocks) grid (``schedule``, ``tile_coords``).
 *Contiguous*: exactly that walk over sum M rows (``schedule``), plus the group read and the skip
 (``TileScheduler._contiguous_group``); a CTA whose tile is padding just moves on, so the walk is static and the
@@ -67,7 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gemm.fp8 import ceil_div
-from gemm.kernel.scheduler import masked_schedule, schedule
+from gemm.kernel.tile_scheduler import masked_schedule, schedule
 
 try:  # the layout rule lives with the kernel config
     from gemm.kernel.config import CONTIGUOUS_ALIGNMENT as ALIGNMENT
@@ -274,7 +274,7 @@ def contiguous_tiles(m_indices, block_m: int, n: int, block_n: int, *, grid: int
                      raster_group: int = 0, groups: int | None = None, skipped: bool = False) -> list[list[Tile]]:
     """The (group, m block, n block) tiles each CTA of a contiguous grouped GEMM computes, in order: ``[cta][step]``.
 
-    The kernel's walk (gemm/kernel/scheduler.py): the dense ``schedule(cta, grid, m_blocks, n_blocks,
+    The kernel's walk (gemm/kernel/tile_scheduler.py): the dense ``schedule(cta, grid, m_blocks, n_blocks,
     raster_group)`` over sum M rows, and per tile ``g = m_indices[m0]``, skipped unless 0 <= g < G
     (``TileScheduler._contiguous_group``). ``grid`` None: one CTA per tile (a non-persistent launch). ``groups``:
     G (default: the largest index + 1). ``skipped=True`` keeps the skipped tiles, as (-1, m block, n block): the
@@ -301,7 +301,7 @@ def contiguous_tiles(m_indices, block_m: int, n: int, block_n: int, *, grid: int
 def masked_tiles(masked_m, m_max: int, block_m: int, n_blocks: int, grid: int, raster_group: int = 0
                  ) -> list[list[Tile]]:
     """The (group, m block inside the group, n block) tiles each CTA of a masked grouped GEMM computes, in order:
-    ``[cta][step]``. Calls the scheduler's own Python walk, ``gemm.kernel.scheduler.masked_schedule`` (virtual tile
+    ``[cta][step]``. Calls the scheduler's own Python walk, ``gemm.kernel.tile_scheduler.masked_schedule`` (virtual tile
     indices c, c + grid, ... over the groups' tiles in order; group g has ceil(clamp(masked_m[g], 0, M_max) /
     BLOCK_M) x n_blocks of them)."""
     return [masked_schedule(cta, grid, masked_m, m_max, block_m, n_blocks, raster_group) for cta in range(grid)]

@@ -93,12 +93,16 @@ def _device_of_pointer(ptr: int) -> int:
     return device_of_pointer(ptr)
 
 
+def is_torch_tensor(obj) -> bool:
+    """Whether ``obj`` is a torch tensor, without importing torch (a caller that never used it pays nothing)."""
+    return type(obj).__module__.startswith("torch")
+
+
 def as_device_view(obj) -> DeviceView:
     """Describe ``obj`` without copying it. Raises TypeError for things that are not arrays."""
     if isinstance(obj, DeviceView):
         return obj
-    module = type(obj).__module__
-    if module.startswith("torch"):
+    if is_torch_tensor(obj):
         return _from_torch(obj)
     if type(obj).__name__ == "FakeCUDAArray":  # Numba's CUDA simulator: host memory posing as device memory
         host = obj._ary

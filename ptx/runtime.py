@@ -23,6 +23,7 @@ import threading
 
 import numpy as np
 
+from ptx.arrays import is_torch_tensor
 from ptx import device as devices
 from ptx.compile import Cubin
 from ptx.device import (activated, check_stream_device, current_device, ensure_context,  # noqa: F401 (re-exported)
@@ -60,7 +61,7 @@ def device_pointer(obj) -> int:
     """The device address of ``obj``: an int, a TensorMap-free array object (torch, CAI, DLPack), a Buffer."""
     if isinstance(obj, (int, np.integer)):
         return int(obj)
-    if hasattr(obj, "data_ptr") and type(obj).__module__.startswith("torch"):
+    if hasattr(obj, "data_ptr") and is_torch_tensor(obj):
         if not obj.is_cuda:
             raise TypeError("kernel argument: a torch tensor on the CPU; move it to the GPU first")
         return int(obj.data_ptr())
@@ -280,7 +281,7 @@ class Kernel:
 class PreparedLaunch:
     """One kernel with its arguments packed once (tensor maps included), bound to one device, its CUlaunchConfig
     built once per stream: calling it is one ``cuLaunchKernelEx``, about 4.5 us of host time on the H100 machine
-    (tools/host_profile.py; calling libcuda's cuLaunchKernel through ctypes measured slower, 5.1-5.4 us), plus a
+    (python -m gemm bench host; calling libcuda's cuLaunchKernel through ctypes measured slower, 5.1-5.4 us), plus a
     ``cuCtxGetCurrent`` (and a push/pop when the caller's current context is another device's).
     Arguments and shape are frozen, so a caller keys these by everything the arguments were derived from
     (device, pointers, shapes, strides, dtypes). Safe to share between threads: nothing is written after

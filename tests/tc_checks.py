@@ -5,7 +5,8 @@ launch helpers stages 05 and 06 share."""
 import numpy as np
 import pytest
 
-from gemm.fp8 import BF16, E4M3, align, bf16_to_float, calc_diff, random_problem, reference_gemm
+from gemm.fp8 import BF16, E4M3, align, bf16_to_float, calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 
 RAGGED_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 2112, 512), (100, 2111, 256), (300, 136, 384)]
 ASSEMBLY_SHAPES = [(4096, 4096, 7168), (4096, 7168, 16384), (64, 7168, 16384), (100, 2112, 512)]
@@ -66,7 +67,7 @@ def sa_storage(sa, m):
 def run_on_gpu(module, a, sa, b, sb):
     """The ladder's device layout (Numba arrays, sa M-major padded to 4), D poisoned with NaN first."""
     from numba import cuda
-    from gemm.harness import device_problem
+    from gemm.testing.problems import device_problem
     problem = device_problem(a, sa, b, sb)
     problem.d.copy_to_device(np.full(problem.d.shape, BF16_NAN, np.uint16))
     module.gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gemm
+from gemm.testing.problems import random_problem, reference_gemm
 import lessons
 from gemm.fp8 import GROUP
 
@@ -75,8 +76,8 @@ def test_fp8_gemm_nt(m, n, k, rng):
 def test_reference_helper_matches_numpy_reference(rng):
     """The GPU-side reference is the same function as gemm.fp8.reference_gemm (checked on CPU torch)."""
     torch = pytest.importorskip("torch")
-    a, sa, b, sb = gemm.random_problem(70, 200, 384, rng)
+    a, sa, b, sb = random_problem(70, 200, 384, rng)
     t = lambda x: torch.from_numpy(np.ascontiguousarray(x))  # noqa: E731
     got = reference(t(a.view(np.uint8)).view(torch.float8_e4m3fn), t(np.ascontiguousarray(sa)),
                     t(b.view(np.uint8)).view(torch.float8_e4m3fn), t(sb))
-    np.testing.assert_allclose(got.numpy(), gemm.reference_gemm(a, sa, b, sb), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got.numpy(), reference_gemm(a, sa, b, sb), rtol=1e-12, atol=1e-12)

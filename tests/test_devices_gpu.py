@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import gemm
-from gemm.fp8 import E4M3, calc_diff, reference_gemm
+from gemm.fp8 import E4M3, calc_diff
+from gemm.testing.problems import reference_gemm
 from ptx import device as devices
 
 sys.path.insert(0, os.path.dirname(__file__))

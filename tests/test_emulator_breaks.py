@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import lessons
-from gemm.fp8 import calc_diff, random_problem, reference_gemm
+from gemm.fp8 import calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from ptx.emulate import EmulationError, FakeTensorMap, breaks, run_kernel, run_stage
 
 SMALL = (64, 64, 256)

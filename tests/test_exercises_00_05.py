@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import lessons
-from gemm.fp8 import calc_diff, random_problem, reference_gemm
+from gemm.fp8 import calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import Exercise
 
 MODULES = {0: "ex00_dequant_pair", 1: "ex01_promotion", 2: "ex02_tile_pitch", 3: "ex03_micro_tile",

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gemm.fp8 import calc_diff, random_problem, reference_gemm
+from gemm.fp8 import calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
 from ptx.emulate import EmulationError
 
@@ -110,9 +111,9 @@ def test_07_producer_first_is_also_correct(rng):
 
 
 def test_08_a_raster_that_repeats_a_tile_leaves_output_unwritten(rng):
-    from gemm.emulated import run_gemm
+    from gemm.testing.emulated import run_gemm
     from gemm.kernel.seams import Seams
-    from gemm.kernel.scheduler import tile_coords
+    from gemm.kernel.tile_scheduler import tile_coords
     ex = exercise(8)
 
     def repeats(tile, m_blocks, n_blocks, group):  # the last tile computes the first one again
@@ -159,7 +160,7 @@ def test_seams_are_byte_identical_by_default():
     import lessons
     from gemm.kernel import generate
     from gemm.kernel.seams import NO_SEAMS, Seams
-    from gemm.kernel.scheduler import tile_coords
+    from gemm.kernel.tile_scheduler import tile_coords
     m, n, k = 1000, 2112, 512
     for stage in (7, 8, 9):
         config = lessons.stage(stage).config(m, n, k)
@@ -188,7 +189,8 @@ def test_09_too_few_arrivals_are_caught(rng):
     """One arrival short: the phase completes before the last warp of the pair has released the stage, and that
     warp's arrive lands in a phase that is already full; the emulator stops there ("more arrivals than the
     barrier's count in one phase"). Were it to run on, the early refill would show as a wrong result."""
-    from gemm.fp8 import calc_diff, reference_gemm
+    from gemm.fp8 import calc_diff
+    from gemm.testing.problems import reference_gemm
     ex = exercise(9)
     wrong = SimpleNamespace(empty_arrivals=lambda multicast, warps: multicast * warps - 1)
     problem = random_problem(*ex.shapes_cpu[0], rng)

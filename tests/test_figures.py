@@ -339,7 +339,7 @@ def test_trace_restores_the_emulator():
 @pytest.mark.parametrize("m_blocks, n_blocks, grid, group", [(12, 20, 13, 0), (12, 20, 13, 4), (5, 9, 8, 4),
                                                               (7, 3, 132, 16), (32, 56, 132, 16)])
 def test_raster_visits_every_tile_once(m_blocks, n_blocks, grid, group):
-    from gemm.kernel.scheduler import tile_coords
+    from gemm.kernel.tile_scheduler import tile_coords
     data = figures.raster_map(m_blocks, n_blocks, grid, group)
     assert (data["count"] == 1).all()
     for t in range(m_blocks * n_blocks):  # tile t runs on CTA t % grid at step t // grid
@@ -355,7 +355,7 @@ def test_grouped_raster_reads_fewer_blocks_per_wave():
 
 @pytest.mark.parametrize("grid, m_blocks, n_blocks, group", [(8, 6, 10, 4), (8, 5, 9, 4), (132, 32, 32, 16)])
 def test_cluster_steps_pair_tiles_2i_and_2i_plus_1(grid, m_blocks, n_blocks, group):
-    from gemm.kernel.scheduler import tile_coords
+    from gemm.kernel.tile_scheduler import tile_coords
     steps = figures.cluster_steps(grid, m_blocks, n_blocks, group)
     tiles = [t for s in steps for t in (s[2], s[3]) if t is not None]
     assert sorted(tiles) == sorted(tile_coords(t, m_blocks, n_blocks, group) for t in range(m_blocks * n_blocks))
@@ -369,7 +369,7 @@ def test_cluster_steps_pair_tiles_2i_and_2i_plus_1(grid, m_blocks, n_blocks, gro
 def test_cluster_census_matches_the_emulated_multicasts():
     """Stage 09's config on the emulator (4 CTAs, 2 clusters): rank 0 issues multicast TMA loads exactly in the
     steps cluster_steps marks as sharing A."""
-    from gemm.emulated import run_gemm
+    from gemm.testing.emulated import run_gemm
     from gemm.kernel.launch import grid as launch_grid
     from ptx.emulate.warpgroup import Warpgroup
     m, n, k = 130, 192, 256

@@ -3,9 +3,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from gemm.fp8 import (AMAX_FLOOR, BF16, E4M3, E4M3_MAX, GROUP, align, bf16_to_float, calc_diff, ceil_div,
-                      dequantize_per_block, dequantize_per_token, e4m3_decode, e4m3_encode, flops, gemm_bytes,
-                      per_block_cast_to_fp8, per_token_cast_to_fp8, random_problem, reference_gemm, sa_to_mn_major)
+from gemm.fp8 import (AMAX_FLOOR, BF16, E4M3, E4M3_MAX, GROUP, align, bf16_to_float, calc_diff, ceil_div, dequantize_per_block, dequantize_per_token, e4m3_decode, e4m3_encode, per_block_cast_to_fp8, per_token_cast_to_fp8, sa_to_mn_major)
+from gemm.testing.problems import flops, gemm_bytes, random_problem, reference_gemm
 
 # e4m3 keeps 3 mantissa bits: rounding to nearest moves a normal number by at most 2**-4 of its magnitude;
 # below the smallest normal (2**-6) the step is fixed at 2**-9, so the error is at most 2**-10 (in units

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import gemm
-from gemm.fp8 import calc_diff, random_problem, reference_gemm
+from gemm.fp8 import calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from gemm.validate import check_gemm_args
 
 sys.path.insert(0, os.path.dirname(__file__))  # tests/tc_checks.py
@@ -56,7 +57,7 @@ def test_bad_argument_names_it(rng, name, bad, error, words):
 
 def test_fp32_output_and_c_are_checked(rng):
     """fp8_gemm_nt's d may be FP32 (out_dtypes), c needs an FP32 d of the same shape, an FP32 d needs N % 4 == 0."""
-    from gemm.api import OUT_DTYPES
+    from gemm.dispatch import OUT_DTYPES
     a, sa, b, sb, _ = _fake_device_problem(rng, n=200)
     d32 = on_fake_device(np.zeros((70, 200), np.float32))
     args = check_gemm_args(a, sa, b, sb, d32, d32, out_dtypes=OUT_DTYPES)
@@ -110,7 +111,7 @@ def _device_problem(m, n, k, rng):
 @pytest.mark.gpu
 def test_fp8_gemm_nt_numba_arrays(rng):
     from numba import cuda
-    from gemm.harness import mn_major_view
+    from gemm.testing.problems import mn_major_view
     m, n, k = 130, 2112, 512
     a, sa, b, sb = random_problem(m, n, k, rng)
     storage = np.zeros((sa.shape[1], 132), np.float32)
@@ -145,7 +146,7 @@ def test_errors_on_gpu_tensors(rng):
 def test_first_call_compiles_fast_and_second_call_compiles_nothing(tmp_path):
     script = textwrap.dedent("""
         import time, numpy as np, torch, gemm
-        from gemm.fp8 import random_problem
+        from gemm.testing.problems import random_problem
         m, n, k = 320, 4096, 7168
         a, sa, b, sb = random_problem(m, n, k)
         cuda = lambda x: torch.from_numpy(np.ascontiguousarray(x)).cuda()

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gemm.testing import Timing
+from gemm.testing.timer import Timing
 from lessons import grade
 from lessons.ladder import speed_of_light
 

@@ -1,6 +1,6 @@
 """MoE grouped GEMMs (gemm.grouped): the m-grouped contiguous and masked kernels of the production generator.
 
-CPU: every scheduler type runs on the PTX emulator (gemm.emulated.run_grouped_gemm) on small shapes with random
+CPU: every scheduler type runs on the PTX emulator (gemm.testing.emulated.run_grouped_gemm) on small shapes with random
 group sizes (empty groups, one-row groups, -1 padding blocks, masked_m = 0, counts past M_max), its output poisoned
 with NaN: rows that must stay untouched are still NaN, every computed row is written and matches the float64
 reference of its group. Then the argument checks (clear errors), the configs and heuristics, the Python walk.
@@ -10,7 +10,8 @@ masked GEMM captured in a CUDA graph and replayed with new counts.
 import numpy as np
 import pytest
 
-from gemm.fp8 import E4M3, calc_diff, random_problem, reference_gemm
+from gemm.fp8 import E4M3, calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from gemm.kernel import KernelConfig
 from tc_checks import on_fake_device
 
@@ -98,7 +99,7 @@ CONTIGUOUS_CONFIGS = {
 def test_contiguous_on_the_emulator(name, rng):
     """Random group sizes, always with an empty group, a one-row group (padded to 128), a group longer than one
     block and an all-padding block: skipped blocks untouched, the rest right per group; 3 CTAs walk the tiles."""
-    from gemm.emulated import run_grouped_gemm
+    from gemm.testing.emulated import run_grouped_gemm
     config = KernelConfig(gemm_type="contiguous", **CONTIGUOUS_CONFIGS[name])
     sizes = [0, 1, int(rng.integers(129, 200)), int(rng.integers(2, 128))]
     sizes = [int(s) for s in rng.permutation(sizes)]
@@ -113,7 +114,7 @@ def test_contiguous_on_the_emulator(name, rng):
 def test_contiguous_index_outside_the_groups_skips_its_block(rng):
     """An index past G at a block's start (m_indices not checked on the host) reads no B out of bounds: the block
     is skipped like padding."""
-    from gemm.emulated import run_grouped_gemm
+    from gemm.testing.emulated import run_grouped_gemm
     config = KernelConfig(gemm_type="contiguous", block_m=128, block_n=64, stages=2, raster_group=0)
     a, sa, b, sb, m_indices = contiguous_problem([5, 128], 64, 256, rng)
     m_indices[:ALIGN] = np.where(m_indices[:ALIGN] >= 0, 7, -1)  # group 0's rows claim group 7 of 2
@@ -133,7 +134,7 @@ MASKED_CONFIGS = {
 def test_masked_on_the_emulator(name, rng):
     """M_max = 130 (not a multiple of BLOCK_M: a group's last block reads the next group's A rows, never stored)
     with counts 0, 1, M_max and random ones: rows past each count untouched, the rest right."""
-    from gemm.emulated import run_grouped_gemm
+    from gemm.testing.emulated import run_grouped_gemm
     config = KernelConfig(gemm_type="masked", **MASKED_CONFIGS[name])
     groups, m_max, n, k = 4, 130, 200, 256
     masked_m = rng.permutation([0, 1, m_max, int(rng.integers(2, m_max))]).astype(np.int32)
@@ -146,7 +147,7 @@ def test_masked_on_the_emulator(name, rng):
 
 def test_masked_256_row_tiles_through_a_partial_d_buffer(rng):
     """256-row tiles stored in passes through a 128 x 64 D buffer: each pass decides TMA store or masked copy."""
-    from gemm.emulated import run_grouped_gemm
+    from gemm.testing.emulated import run_grouped_gemm
     config = KernelConfig(gemm_type="masked", block_m=256, block_n=128, stages=2, raster_group=0, d_buffer=(128, 64))
     masked_m = np.array([200, 0, 100], np.int32)
     problem = masked_problem(3, 256, 128, 256, rng)
@@ -155,7 +156,7 @@ def test_masked_256_row_tiles_through_a_partial_d_buffer(rng):
 
 def test_masked_counts_outside_0_to_m_max_are_clamped(rng):
     """Counts the host did not check: negative -> no rows, past M_max -> M_max rows (nothing outside the group)."""
-    from gemm.emulated import run_grouped_gemm
+    from gemm.testing.emulated import run_grouped_gemm
     config = KernelConfig(gemm_type="masked", block_m=64, block_n=64, stages=2, raster_group=0)
     masked_m = np.array([-3, 1000, 0], np.int32)
     problem = masked_problem(3, 68, 64, 256, rng)
@@ -185,7 +186,7 @@ def random_config(kind: str, rng) -> KernelConfig:
 
 @pytest.mark.parametrize("repeat", range(4))
 def test_random_contiguous_layouts_and_configs(repeat, rng):
-    from gemm.emulated import run_grouped_gemm
+    from gemm.testing.emulated import run_grouped_gemm
     config = random_config("contiguous", rng)
     groups = int(rng.integers(1, 6))
     sizes = [int(s) for s in rng.choice([0, 1, 2, 63, 64, 65, 127, 128, 129, 200], groups)]
@@ -201,7 +202,7 @@ def test_random_contiguous_layouts_and_configs(repeat, rng):
 
 @pytest.mark.parametrize("repeat", range(4))
 def test_random_masked_counts_and_configs(repeat, rng):
-    from gemm.emulated import run_grouped_gemm
+    from gemm.testing.emulated import run_grouped_gemm
     config = random_config("masked", rng)
     groups, m_max = int(rng.integers(1, 5)), int(rng.choice([1, 63, 64, 130, 192]))
     masked_m = rng.integers(0, m_max + 1, groups).astype(np.int32)
@@ -217,7 +218,7 @@ def test_random_masked_counts_and_configs(repeat, rng):
 # ------------------------------------------------------------------------------------------- the walk
 @pytest.mark.parametrize("raster_group", [0, 2, 16])
 def test_masked_schedule_covers_every_tile_once(raster_group, rng):
-    from gemm.kernel.scheduler import masked_schedule
+    from gemm.kernel.tile_scheduler import masked_schedule
     masked_m = rng.integers(-2, 300, 6)
     masked_m[int(rng.integers(6))] = 0
     m_max, block_m, n_blocks, grid = 256, 64, 5, 7

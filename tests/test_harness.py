@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 import lessons
-from gemm import bench
-from gemm.fp8 import BF16, random_problem, reference_gemm
-from gemm.testing import Column, choose_pairs, device_info, format_table, read_result, write_result
+from gemm.testing import bench_dense, peers, problems
+from gemm.fp8 import BF16
+from gemm.testing.problems import random_problem, reference_gemm
+from gemm.testing.records import Column, device_info, format_table, read_result, write_result
+from gemm.testing.timer import choose_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,14 +197,14 @@ def test_format_table_aligns_and_marks_missing_values():
 
 
 def test_bench_table_and_shapes():
-    assert len(bench.DEEPSEEK_SHAPES) == 18 and (64, 2112, 7168) in bench.DEEPSEEK_SHAPES
-    assert bench.parse_shapes("64,2112,7168; 128x7168x2048") == [(64, 2112, 7168), (128, 7168, 2048)]
+    assert len(bench_dense.DEEPSEEK_SHAPES) == 18 and (64, 2112, 7168) in bench_dense.DEEPSEEK_SHAPES
+    assert bench_dense.parse_shapes("64,2112,7168; 128x7168x2048") == [(64, 2112, 7168), (128, 7168, 2048)]
     with pytest.raises(Exception, match="M,N,K"):
-        bench.parse_shapes("64,2112")
+        bench_dense.parse_shapes("64,2112")
     rows = [{"m": 64, "n": 2112, "k": 7168, "ours_us": 20.0, "ours_tflops": 97.0, "ours_gbps": 800.0,
              "peer_tflops": 88.0, "ratio": 1.1, "diff": 2e-6, "status": "ok"},
             {"m": 128, "n": 2112, "k": 7168, "status": "failed"}]
-    text = format_table(bench.COLUMNS, rows)
+    text = format_table(bench_dense.COLUMNS, rows)
     assert "1.10x" in text and "2.0e-06" in text and "failed" in text
 
 
@@ -216,15 +218,15 @@ def test_choose_pairs_stays_in_bounds():
 
 def test_reference_rows_sample_edges_and_check_output_catches_nan(rng):
     a, sa, b, sb = random_problem(700, 40, 256, rng)
-    reference = bench.reference_rows(a, sa, b, sb, rng, max_rows=64)
+    reference = problems.reference_rows(a, sa, b, sb, rng, max_rows=64)
     assert reference.sampled and len(reference.rows) == 64 and {0, 699} <= set(reference.rows.tolist())
     full = reference_gemm(a, sa, b, sb)
     bits = full.astype(np.float32).astype(BF16).view(np.uint16)
-    check = bench.check_output(bits, reference)
+    check = problems.check_output(bits, reference)
     assert check["correct"] and check["unwritten"] == 0 and check["diff"] < 1e-4
     bits = bits.copy()
-    bits[350, 7] = bench.BF16_NAN_BITS
-    check = bench.check_output(bits, reference)
+    bits[350, 7] = problems.BF16_NAN_BITS
+    check = problems.check_output(bits, reference)
     assert not check["correct"] and check["unwritten"] == 1 and math.isnan(check["diff"])
 
 
@@ -242,7 +244,7 @@ def _fake_results(folder: Path):
                     "tflops": 1145.0, "gbps": 500.0, "diff": 1e-6, "status": "ok"}]
     write_result(folder / "ladder.json", command="python -m lessons ladder", rows=ladder_rows, device=device,
                  shape={"m": 4096, "n": 4096, "k": 7168})
-    write_result(folder / "gemm_bench.json", command="python -m gemm.bench", device=device,
+    write_result(folder / "gemm_bench.json", command="python -m gemm bench dense", device=device,
                  rows=[{"m": 64, "n": 2112, "k": 7168, "ours_us": 20.0, "ours_tflops": 97.0, "ours_gbps": 800.0,
                         "peer_tflops": 88.0, "ratio": 1.1, "diff": 2e-6, "status": "ok"}])
     (folder / "ladder.png").write_bytes(b"\x89PNG fake")
@@ -284,7 +286,7 @@ def test_replace_block_needs_both_markers():
 def test_bench_chart_is_drawn(tmp_path):
     rows = [{"m": 64, "n": 2112, "k": 7168, "ours_tflops": 90.0, "peer_tflops": 88.0},
             {"m": 128, "n": 2112, "k": 7168, "status": "failed"}]
-    bench.plot_bench(rows, tmp_path / "bench.png", title="test")
+    bench_dense.plot_bench(rows, tmp_path / "bench.png", title="test")
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -302,7 +304,7 @@ def test_ladder_chart_is_drawn(tmp_path):
 def test_bench_kernel_times_a_numba_kernel_stably():
     from numba import cuda
 
-    from gemm.testing import bench_kernel
+    from gemm.testing.timer import bench_kernel
 
     @cuda.jit
     def fill(out):
@@ -329,7 +331,7 @@ def test_bench_kernel_times_a_numba_kernel_stably():
 def test_bench_kernel_reports_a_launch_that_cannot_be_captured():
     from numba import cuda
 
-    from gemm.testing import bench_kernel, timing_stream
+    from gemm.testing.timer import bench_kernel, timing_stream
 
     @cuda.jit
     def noop(out):
@@ -351,10 +353,10 @@ def test_bench_kernel_reports_a_launch_that_cannot_be_captured():
 
 @pytest.mark.gpu
 def test_cublas_peer_is_correct_and_timed(rng):
-    if not bench.torch_available():
+    if not problems.torch_available():
         pytest.skip("needs torch with CUDA")
     a, sa, b, sb = random_problem(128, 2112, 7168, rng)
-    row = bench.time_peer(a, sa, b, sb, bench.reference_rows(a, sa, b, sb, rng))
+    row = peers.time_peer(a, sa, b, sb, problems.reference_rows(a, sa, b, sb, rng))
     assert "peer_error" not in row, row
     assert row["peer_correct"] and row["peer_us"] > 0 and row["peer_tflops"] > 10, row
 
@@ -376,7 +378,7 @@ def test_ladder_on_gpu_writes_json_and_png(tmp_path):
 # ----------------------------------------------- the GPU code paths, with a fake timer and simulator arrays
 
 def _fake_timer(launch):
-    from gemm.testing import Timing
+    from gemm.testing.timer import Timing
     launch(0)
     return Timing(median_us=100.0, min_us=95.0, samples_us=[100.0, 95.0, 105.0], pairs=3, flush_us=90.0)
 
@@ -408,7 +410,7 @@ def test_bench_row_with_fake_gemm_on_cpu_torch(rng):
         ref = reference_gemm(a.view(torch.uint8).numpy(), sa.numpy(), b.view(torch.uint8).numpy(), sb.numpy())
         out.copy_(torch.from_numpy(ref.astype(np.float32)).to(torch.bfloat16))
 
-    row = bench.measure_shape(66, 130, 256, rng, with_peer=False, gemm=host_gemm, device="cpu", timer=_fake_timer)
+    row = bench_dense.measure_shape(66, 130, 256, rng, with_peer=False, gemm=host_gemm, device="cpu", timer=_fake_timer)
     assert row["status"] == "ok", row
     assert row["ours_us"] == 100.0 and row["diff"] < 1e-4 and row["unwritten"] == 0
     assert row["ours_tflops"] == pytest.approx(2 * 66 * 130 * 256 / 100e-6 / 1e12)
@@ -417,10 +419,10 @@ def test_bench_row_with_fake_gemm_on_cpu_torch(rng):
 def test_cublas_scale_layouts_match_torch_rules():
     pytest.importorskip("torch")
     sa = np.arange(6 * 3, dtype=np.float32).reshape(6, 3)
-    scale_a = bench._torch_m_major(sa, "cpu", 6)  # torch wants (M, K/128) with strides exactly (1, M)
+    scale_a = problems.torch_m_major(sa, "cpu", 6)  # torch wants (M, K/128) with strides exactly (1, M)
     assert tuple(scale_a.shape) == (6, 3) and scale_a.stride() == (1, 6) and (scale_a.numpy() == sa).all()
     sb = np.arange(2 * 3, dtype=np.float32).reshape(2, 3)  # (N/128, K/128)
-    scale_b = bench._torch_m_major(sb.T, "cpu", 4)  # (K/128, N/128) column-major, leading dim padded to 4
+    scale_b = problems.torch_m_major(sb.T, "cpu", 4)  # (K/128, N/128) column-major, leading dim padded to 4
     assert tuple(scale_b.shape) == (3, 2) and scale_b.stride() == (1, 4) and (scale_b.numpy() == sb.T).all()
 
 
@@ -495,7 +497,7 @@ class _SimulatedDriver:
 
 @pytest.fixture
 def simulated_driver(monkeypatch):
-    from gemm import testing
+    from gemm.testing import timer as testing
     driver = _SimulatedDriver()
     monkeypatch.setattr(testing, "_driver", lambda: driver)
     monkeypatch.setattr(testing, "_timing_streams", {})
@@ -505,7 +507,7 @@ def simulated_driver(monkeypatch):
 
 @pytest.mark.parametrize("kernel_us, expected_pairs", [(40.0, 50), (1e6, 3), (3910.0, 25)])
 def test_bench_kernel_subtracts_flushes_and_picks_pairs(simulated_driver, kernel_us, expected_pairs):
-    from gemm.testing import MAX_PAIRS, bench_kernel
+    from gemm.testing.timer import MAX_PAIRS, bench_kernel
     calls_outside_capture = []
 
     def launch(stream):
@@ -523,7 +525,7 @@ def test_bench_kernel_subtracts_flushes_and_picks_pairs(simulated_driver, kernel
 def test_bench_kernel_counts_the_graph_nodes_a_call_adds(simulated_driver):
     """Work a call puts on another stream is in no node of the captured graph: nodes_per_call says so (the
     grader's defence against untimed work)."""
-    from gemm.testing import bench_kernel
+    from gemm.testing.timer import bench_kernel
     timed = bench_kernel(lambda stream: simulated_driver.work(50.0))
     assert timed.nodes_per_call == 1
 
@@ -534,7 +536,7 @@ def test_bench_kernel_counts_the_graph_nodes_a_call_adds(simulated_driver):
 
 
 def test_bench_kernel_ends_the_capture_when_the_launch_fails(simulated_driver):
-    from gemm.testing import bench_kernel
+    from gemm.testing.timer import bench_kernel
     calls = []
 
     def launch(stream):

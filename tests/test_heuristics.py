@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from gemm.bench import BENCH_SHAPES
+from gemm.testing.bench_dense import BENCH_SHAPES
 from gemm.fp8 import ceil_div
 from gemm.heuristics import (BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES, H100, TILE_OVERHEAD, DeviceFacts,
                              _choose_config, choose_blocks, choose_config, wave_cost)

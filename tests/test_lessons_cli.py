@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import lessons
-from gemm.testing import three_digits
+from gemm.testing.records import three_digits
 from lessons import ladder
 from lessons.__main__ import main
 

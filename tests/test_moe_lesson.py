@@ -130,7 +130,7 @@ def test_contiguous_walk_covers_every_needed_tile_once(rng, block_m, persistent)
             for nb in range(n_blocks) if m_indices[mb * block_m] >= 0}
     assert len(tiles) == len(want) and set(tiles) == want
     every = mg.contiguous_tiles(m_indices, block_m, n, block_n, grid=grid, raster_group=raster, skipped=True)
-    from gemm.kernel.scheduler import schedule
+    from gemm.kernel.tile_scheduler import schedule
     m_blocks = len(m_indices) // block_m
     grid = grid or m_blocks * n_blocks
     assert [[(mb, nb) for _, mb, nb in walk] for walk in every] == \
@@ -161,7 +161,7 @@ def test_masked_walk_covers_every_needed_tile_once_and_skips_empty_groups(rng, r
     assert len(tiles) == len(want) and set(tiles) == want
     assert not {g for g, _, _ in tiles} & set(np.flatnonzero(masked_m == 0).tolist())
     # the virtual-tile walk: CTA c's k-th tile is the (c + k * grid)-th tile of the groups' tiles in order
-    from gemm.kernel.scheduler import tile_coords
+    from gemm.kernel.tile_scheduler import tile_coords
     flat = []
     for g, count in enumerate(masked_m):
         blocks = -(-int(count) // block_m)

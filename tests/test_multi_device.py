@@ -12,7 +12,8 @@ import pytest
 
 import gemm
 from gemm import heuristics
-from gemm.fp8 import align, random_problem
+from gemm.fp8 import align
+from gemm.testing.problems import random_problem
 from ptx import device as devices
 from ptx import runtime
 from ptx.device import DeviceMismatchError
@@ -178,12 +179,11 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(devices, "_contexts", {})
     monkeypatch.setattr(runtime, "_load", lambda image, name: (real.CUkernel(0x77), None))
     monkeypatch.setattr(runtime, "_KERNELS", {})
-    monkeypatch.setattr(gemm.api, "_PREPARED", {})
+    monkeypatch.setattr(gemm.dispatch, "PREPARED", {})
     # Tensor maps are encoded by the driver from real pointers: here they only need to be 128 bytes.
-    monkeypatch.setattr("gemm.kernel.launch.tensor_maps", lambda config, pointers, *rest: tuple(
-        TensorMap(bytes(128), np.dtype(np.uint8), (1, 1), (1, 16), 0) for _ in pointers))
-    monkeypatch.setattr("gemm.kernel.launch.grouped_tensor_maps", lambda config, pointers, *rest: tuple(
-        TensorMap(bytes(128), np.dtype(np.uint8), (1, 1), (1, 16), 0) for _ in pointers))
+    monkeypatch.setattr("gemm.kernel.launch.tensor_maps", lambda config, pointers, *rest: {
+        name: TensorMap(bytes(128), np.dtype(np.uint8), (1, 1), (1, 16), 0)
+        for name in ("tmap_a", "tmap_b", "tmap_sa", "tmap_d")[:4 if config.epilogue == "tma" else 3]})
     from gemm.kernel import launch
     caches = (heuristics._device_facts, devices.is_hopper, launch.kernel)  # loaded kernels hold fake handles
     for cache in caches:

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import lessons  # noqa: F401  (first: its NumPy shim must precede numba-cuda)
-from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_gemm
+from gemm.fp8 import align, bf16_to_float, calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from lessons.numba_fp8 import e4m3_to_f32, e4m3x4_to_f32, f32_to_bf16_bits
 from numba import cuda  # conftest.py has chosen the simulator or the GPU by now
 
@@ -20,7 +21,7 @@ RAGGED_GPU_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 4096, 1024), (130, 
 
 def _device_problem(m, n, k, rng):
     """Fresh inputs on the (possibly simulated) device; d poisoned with NaN so unwritten outputs show."""
-    from gemm.harness import device_problem  # the harness's layout: sa M-major without Numba's copying .T
+    from gemm.testing.problems import device_problem  # the harness's layout: sa M-major without Numba's copying .T
     host = random_problem(m, n, k, rng)
     device = device_problem(*host)
     device.d.copy_to_device(np.full((m, n), BF16_NAN, np.uint16))

@@ -270,7 +270,8 @@ def test_eight_processes_on_one_cold_cache_agree(tmp_path):
 
 GPU_WORKER = BARRIER + """
 import numpy as np, torch, gemm
-from gemm.fp8 import bf16_to_float, calc_diff, random_problem, reference_gemm
+from gemm.fp8 import bf16_to_float, calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 worst = 0.0
 for m, n, k in [(300, 2112, 512), (64, 256, 384)]:
     a, sa, b, sb = random_problem(m, n, k, np.random.default_rng(os.getpid()))

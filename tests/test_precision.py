@@ -1,13 +1,15 @@
 """The accumulator-precision model of the emulator's wgmma (ptx.emulate.matrix) and the precision tables
-(gemm.precision): off by default and then bit-identical to the exact arithmetic, on it loses exactly what it
+(lessons.precision): off by default and then bit-identical to the exact arithmetic, on it loses exactly what it
 documents, and the tables order the schemes as the notebook says, for every seed tried. CPU only."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 import lessons
-from gemm import precision
-from gemm.fp8 import calc_diff, e4m3_decode, reference_gemm
+from lessons import precision
+from gemm.fp8 import calc_diff, e4m3_decode
+from gemm.kernel import generate
+from gemm.testing.problems import reference_gemm
 from ptx.emulate.matrix import (AccumulatorModel, accumulator_model, active_accumulator_model,
                                 limited_precision_sum, wgmma_accumulate)
 
@@ -62,8 +64,8 @@ def test_the_exact_path_is_the_former_arithmetic_bit_for_bit(seed):
 @pytest.mark.parametrize("seed", SEEDS[:2])
 def test_an_emulated_kernel_without_the_model_does_every_wgmma_as_before(seed, monkeypatch):
     """A real run (random data, so FP32 rounding happens), each wgmma checked against the former arithmetic."""
-    from gemm.emulated import run_gemm
-    from gemm.fp8 import random_problem
+    from gemm.testing.emulated import run_gemm
+    from gemm.testing.problems import random_problem
     from ptx.emulate.warpgroup import Warpgroup, _accumulator_layout
     multiply, checked = Warpgroup._multiply, []
 
@@ -115,7 +117,7 @@ def test_the_model_keeps_bits_below_the_largest_term_and_is_sign_symmetric(seed)
 
 def test_the_emulated_kernel_loses_the_small_addends_under_the_model():
     """D[i, j] = 16*16 + 96 * (1/8)^2 = 257.5 over one K block: BF16 258 exactly, 256 under the 14-bit model."""
-    from gemm.emulated import run_gemm
+    from gemm.testing.emulated import run_gemm
     m = n = 64
     k = 128
     x = np.zeros((m, k), np.float32)
@@ -131,34 +133,34 @@ def test_the_emulated_kernel_loses_the_small_addends_under_the_model():
 @pytest.mark.parametrize("seed", SEEDS[:2])
 @pytest.mark.parametrize("data", ["zero-mean", "same-sign"])
 def test_precision_accumulate_is_the_emulated_kernel_bit_for_bit(seed, data):
-    """One home for the model: gemm.precision.accumulate, promoted every 128 or never, reproduces the emulated
+    """One home for the model: lessons.precision.accumulate, promoted every 128 or never, reproduces the emulated
     kernel (promotion as generated, or deleted) exactly, for the exact path and for the model."""
-    from gemm.emulated import run_gemm
+    from gemm.testing.emulated import run_gemm
     m, n, k = 100, 72, 384
     a, sa, b, sb = precision.per_tensor_problem(m, n, k, data, seed=seed)
     scale = np.float32(sa[0, 0]) * np.float32(sb[0, 0])
     a64, b64 = (e4m3_decode(v).astype(np.float64) for v in (a, b))
     config = STAGE08.config(m, n, k)
+    deleted = precision.without_promotion(generate(config, n, k))
     for model in (None, AccumulatorModel(14), AccumulatorModel(9)):
         with accumulator_model(model):
             promoted = run_gemm(config, a, sa, b, sb, sm_count=2, seed=seed)
-            with precision.promotion_deleted():
-                whole = run_gemm(config, a, sa, b, sb, sm_count=2, seed=seed)
+            whole = run_gemm(config, a, sa, b, sb, sm_count=2, seed=seed, ptx=deleted)
         assert np.array_equal(promoted, bf16(precision.accumulate(a64, b64, model, 128, scale=scale))), \
             f"seed {seed} {model}"
         assert np.array_equal(whole, bf16(precision.accumulate(a64, b64, model, None) * scale)), f"seed {seed} {model}"
 
 
 def test_deleting_the_promotion_on_the_emulator_makes_the_error_grow_with_k():
-    from gemm.emulated import run_gemm
+    from gemm.testing.emulated import run_gemm
     errors = {}
     for k in (256, 2048):
         problem = precision.per_tensor_problem(64, 64, k, "same-sign", seed=k)
         want, config = reference_gemm(*problem), STAGE08.config(64, 64, k)
-        with precision.promotion_deleted():
-            assert calc_diff(run_gemm(config, *problem, sm_count=1), want) < 1e-5  # exact: deleting is harmless
-            with accumulator_model(14):
-                errors[k] = calc_diff(run_gemm(config, *problem, sm_count=1), want)
+        deleted = precision.without_promotion(generate(config, 64, k))
+        assert calc_diff(run_gemm(config, *problem, sm_count=1, ptx=deleted), want) < 1e-5  # exact: harmless
+        with accumulator_model(14):
+            errors[k] = calc_diff(run_gemm(config, *problem, sm_count=1, ptx=deleted), want)
         with accumulator_model(14):
             assert calc_diff(run_gemm(config, *problem, sm_count=1), want) < 1e-5  # promoted: BF16's error
     assert errors[2048] > 10 * errors[256] > 1e-5, errors

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 import gemm
-from gemm import api
-from gemm.fp8 import (AMAX_FLOOR, E4M3_MAX, GROUP, align, calc_diff, ceil_to_ue8m0, dequantize_per_block,
-                      dequantize_per_token, e4m3_decode, per_block_cast_to_fp8, per_token_cast_to_fp8,
-                      random_problem, reference_gemm, sa_to_mn_major)
+from gemm import api, dispatch, torch_interop
+from gemm.fp8 import (AMAX_FLOOR, E4M3_MAX, GROUP, align, calc_diff, ceil_to_ue8m0, dequantize_per_block, dequantize_per_token, e4m3_decode, per_block_cast_to_fp8, per_token_cast_to_fp8, sa_to_mn_major)
+from gemm.testing.problems import random_problem, reference_gemm
 from gemm.validate import check_gemm_args, sa_layout
 from ptx.arrays import DeviceView, as_device_view
 
@@ -305,14 +304,14 @@ def test_row_major_sa_is_converted_before_launch_and_warned_once(rng, monkeypatc
     """The plumbing, on the CPU: a convertible row-major sa reaches the launch M-major, with one warning per
     process. (torch's conversion itself is checked on the GPU below; here a NumPy one stands in for it.)"""
     recorder = _RecordingLaunch()
-    monkeypatch.setattr(api, "_launch", recorder)
-    monkeypatch.setattr(api, "_warned_row_major_sa", False)
+    monkeypatch.setattr(dispatch, "kernel_launch", recorder)
+    monkeypatch.setattr(dispatch, "_warned_row_major_sa", set())
     p = _problem(rng)
     values = np.ascontiguousarray(p["sa"])
     row = on_fake_device(values)
-    monkeypatch.setattr(api, "_is_torch", lambda x: x is row)  # only sa poses as a torch tensor
+    monkeypatch.setattr(dispatch, "is_torch_tensor", lambda x: x is row)  # only sa poses as a torch tensor
     seen = []
-    monkeypatch.setattr(api, "_sa_to_m_major_torch",
+    monkeypatch.setattr(torch_interop, "sa_to_m_major",
                         lambda sa, stream: seen.append(stream) or on_fake_device(sa_to_mn_major(sa)))
     dev = {key: on_fake_device(value) for key, value in p.items()}
     with warnings.catch_warnings(record=True) as caught:
@@ -320,7 +319,7 @@ def test_row_major_sa_is_converted_before_launch_and_warned_once(rng, monkeypatc
         for _ in range(3):
             gemm.fp8_gemm_nt((dev["a"], row), (dev["b"], dev["sb"]), dev["d"], stream=7)
         gemm.fp8_gemm_nt((dev["a"], dev["sa"]), (dev["b"], dev["sb"]), dev["d"], stream=7)
-    relevant = [w for w in caught if issubclass(w.category, gemm.api.ScaleLayoutWarning)]
+    relevant = [w for w in caught if issubclass(w.category, gemm.ScaleLayoutWarning)]
     assert len(relevant) == 1 and relevant[0].filename == __file__  # attributed to the caller's line
     text = str(relevant[0].message)
     assert "per_token_cast_to_fp8(x, mn_major=True)" in text and "get_mn_major_tma_aligned_tensor" in text
@@ -381,10 +380,10 @@ def test_torch_row_major_sa_conversion_on_cpu_tensors(rng, monkeypatch):
     import ptx.arrays
     real = ptx.arrays._from_torch
     monkeypatch.setattr(ptx.arrays, "_from_torch", lambda t: dataclasses.replace(real(t), device_id=0))
-    monkeypatch.setattr(api, "_torch_stream_of", lambda handle, device: None)
-    monkeypatch.setattr(api, "_warned_row_major_sa", False)
+    monkeypatch.setattr(torch_interop, "torch_stream_of", lambda handle, device: None)
+    monkeypatch.setattr(dispatch, "_warned_row_major_sa", set())
     recorder = _RecordingLaunch()
-    monkeypatch.setattr(api, "_launch", recorder)
+    monkeypatch.setattr(dispatch, "kernel_launch", recorder)
     m, n, k = 70, 200, 256
     x = torch.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
     a, sa = per_token_cast_to_fp8(x)
@@ -418,7 +417,7 @@ def _bits(out):
 @pytest.mark.parametrize("m, n, k", [(1, 2112, 512), (70, 384, 256), (130, 2112, 512), (256, 4096, 7168)])
 def test_row_major_sa_gives_the_m_major_result_bit_for_bit(m, n, k, rng, monkeypatch):
     torch = _torch()
-    monkeypatch.setattr(api, "_warned_row_major_sa", False)
+    monkeypatch.setattr(dispatch, "_warned_row_major_sa", set())
     a, sa, b, sb = _cuda_problem(m, n, k, rng)
     assert sa.is_contiguous()
     out_row = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -439,13 +438,13 @@ def test_row_major_sa_gives_the_m_major_result_bit_for_bit(m, n, k, rng, monkeyp
 @pytest.mark.gpu
 def test_mn_major_cast_runs_without_conversion_or_warning(rng, monkeypatch):
     torch = _torch()
-    monkeypatch.setattr(api, "_warned_row_major_sa", False)
+    monkeypatch.setattr(dispatch, "_warned_row_major_sa", set())
     m, n, k = 100, 2112, 512
     x = torch.randn(m, k, device="cuda")
     a, sa = per_token_cast_to_fp8(x, mn_major=True, ue8m0=True)
     b, sb = per_block_cast_to_fp8(torch.randn(n, k, device="cuda"), ue8m0=True)
     assert sa.is_cuda and sa.stride() == (1, align(m, 4))
-    monkeypatch.setattr(api, "_sa_to_m_major_torch", None)  # any conversion would fail
+    monkeypatch.setattr(torch_interop, "sa_to_m_major", None)  # any conversion would fail
     out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
     with warnings.catch_warnings():
         warnings.simplefilter("error", api.ScaleLayoutWarning)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import lessons
-from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_gemm
+from gemm.fp8 import align, bf16_to_float, calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from ptx.vocab import mma as v
 
 stage = lessons.stage(4)

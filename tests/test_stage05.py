@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import lessons
-from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_gemm
+from gemm.fp8 import align, bf16_to_float, calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from ptx.vocab import wgmma as w
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/ptx_emulator.py, tests/tc_checks.py

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import gemm
-from gemm.fp8 import calc_diff, reference_gemm
+from gemm.fp8 import calc_diff
+from gemm.testing.problems import reference_gemm
 
 pytestmark = pytest.mark.gpu
 RAGGED = [(1, 2112, 512), (70, 384, 256), (130, 2112, 512), (200, 7168, 2048), (4096, 4096, 512)]

@@ -42,7 +42,7 @@ def report_path(stage: int) -> Path:
 
 
 def run_references(stages, seeds: int, timeout: float) -> None:
-    from gemm.testing import device_info, utc_now
+    from gemm.testing.records import device_info, utc_now
     from lessons.grade import _plain, grade, summary
     REPORTS.mkdir(parents=True, exist_ok=True)
     for stage in stages:

@@ -9,7 +9,7 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 from gemm.heuristics import device_facts
-from gemm.testing import device_info
+from gemm.testing.records import device_info
 from ptx.device import device_count
 
 

@@ -72,7 +72,8 @@ so the clamped loads and masked stores run too."""),
 # ---- the generated PTX, executed on the CPU: D and a report of the run -----------------------------------
 import numpy as np
 
-from gemm.fp8 import calc_diff, random_problem, reference_gemm
+from gemm.fp8 import calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from ptx.emulate import run_stage
 
 m, n, k = {m}, {n}, {k}
@@ -106,7 +107,8 @@ def _break_setup(number: int) -> str:
     return f'''\
 import numpy as np
 
-from gemm.fp8 import calc_diff, random_problem, reference_gemm
+from gemm.fp8 import calc_diff
+from gemm.testing.problems import random_problem, reference_gemm
 from ptx.emulate import breaks, run_stage
 
 m, n, k = {m}, {n}, {k}

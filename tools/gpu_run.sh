@@ -2,7 +2,7 @@
 # One entry point for a session's GPU runs (the lent H100 has no installs: run from the repo root with
 # PYTHONPATH=.). Each part writes its log under $OUT (default ./gpu_out) and goes on if a part fails.
 #   bash tools/gpu_run.sh smoke tests ladder bench      (any subset, in that order)
-#   parts: env smoke quick tests devices multigpu ladder bench overhead sweep sanitize grade notebooks
+#   parts: env smoke quick tests devices multigpu ladder bench grouped overhead sweep sanitize grade notebooks
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
@@ -42,25 +42,16 @@ for part in "$@"; do
               --json "$OUT/tensor_parallel.json" 2>&1 | tee "$OUT/tp.log" | tail -20
             $PY tools/device_report.py "$OUT/multigpu.xml" "$OUT/tensor_parallel.json" > "$OUT/multigpu.json" ;;
     ladder) $PY -m lessons ladder --out "$OUT" ${LADDER_ARGS:-} 2>&1 | tee "$OUT/ladder.log" | tail -30 ;;
-    bench)  $PY -m gemm.bench --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
-    overhead) $PY -c "import json; from gemm.bench import host_overhead; print(json.dumps(host_overhead(), indent=1))" \
-              2>&1 | tee "$OUT/overhead.json" ;;
-    sweep)  # SWEEPS="shapes configs... | shapes configs..." (tools/sweep_configs.py arguments, one sweep per |)
+    bench)  $PY -m gemm bench dense --out "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -30 ;;
+    grouped) $PY -m gemm bench grouped --out "$OUT" 2>&1 | tee "$OUT/grouped.log" | tail -30 ;;
+    overhead) $PY -m gemm bench host 2>&1 | tee "$OUT/host.log" ;;
+    sweep)  # SWEEPS="shapes configs... | shapes configs..." (python -m gemm bench configs arguments, one sweep per |)
             i=0; IFS='|' read -ra jobs <<< "${SWEEPS:-}"
             for job in "${jobs[@]}"; do
-              i=$((i+1)); eval "$PY tools/sweep_configs.py $job --json $OUT/sweep_$i.json" 2>&1 | tee "$OUT/sweep_$i.log" | tail -40
+              i=$((i+1)); eval "$PY -m gemm bench configs $job --json $OUT/sweep_$i.json" 2>&1 | tee "$OUT/sweep_$i.log" | tail -40
             done ;;
-    sanitize) # SANITIZE="stage:M,N,K[@overrides] ..." (default: stage 08 and the production kernel, ragged shapes;
-              # @field=value,... overrides the production config as tools/run_once.py takes them, no spaces)
-            for job in ${SANITIZE:-8:2048,2048,512 8:1000,2112,512 production:1000,2112,512 production:4096,4096,512}; do
-              spec=${job%%@*}; over=""; [[ "$job" == *@* ]] && over=${job#*@}
-              stage=${spec%%:*}; shape=${spec#*:}
-              for tool in memcheck racecheck synccheck; do
-                echo "--- $tool stage $stage ${shape} ${over}"
-                compute-sanitizer --tool $tool --error-exitcode 1 $PY tools/run_once.py $stage ${shape//,/ } ${over:+"$over"} 2>&1 | tail -4
-                echo "rc=${PIPESTATUS[0]}"
-              done
-            done 2>&1 | tee "$OUT/sanitizer.txt" ;;
+    sanitize) # SANITIZE="M,N,K[@overrides] ..." (python -m gemm sanitize jobs; default: its own)
+            $PY -m gemm sanitize ${SANITIZE:-} 2>&1 | tee "$OUT/sanitizer.txt" ;;
     grade)  # the grader's calibration: every stage's own code graded on the GPU, thresholds into results/grading.json
             timeout ${GRADE_TIMEOUT:-540} $PY tools/calibrate_grader.py ${CALIBRATE_ARGS:-} 2>&1 | tee "$OUT/calibrate.log" | tail -60
             tar czf "$OUT/grading.tgz" results/grading.json results/grading ;;

@@ -51,7 +51,8 @@ if not has_gpu():
 
 import numpy as np
 import lessons
-from gemm.fp8 import align, bf16_to_float, calc_diff, flops, gemm_bytes, random_problem, reference_gemm
+from gemm.fp8 import align, bf16_to_float, calc_diff
+from gemm.testing.problems import flops, gemm_bytes, random_problem, reference_gemm
 
 stage = lessons.stage({number})
 print(stage.__doc__)
@@ -61,7 +62,7 @@ print("GPU:", "Hopper" if is_hopper() else "present, not Hopper" if has_gpu() el
 DEVICE_HELPERS = '''\
 from numba import cuda
 
-from gemm.harness import mn_major_view
+from gemm.testing.problems import mn_major_view
 
 BF16_NAN = 0x7FC0  # poison: an output element the kernel forgets to write stays NaN
 
@@ -98,7 +99,7 @@ from lessons.ladder import committed_summary, percent, speed_of_light
 print(committed_summary({number}))
 
 if is_hopper():
-    from gemm.testing import bench_kernel
+    from gemm.testing.timer import bench_kernel
     m, n, k = {m}, {n}, {k}  # the ladder's shape
     a, sa, b, sb = to_device(*random_problem(m, n, k))
     d = cuda.device_array((m, n), np.uint16)
@@ -307,7 +308,7 @@ else:
 TIMING_NOTE = """\
 ## Timing
 
-Kernel time, not launch time: `gemm.testing.bench_kernel` captures a CUDA graph of (flush L2; launch) pairs,
+Kernel time, not launch time: `gemm.testing.timer.bench_kernel` captures a CUDA graph of (flush L2; launch) pairs,
 replays it and subtracts the same graph with the flushes alone, so every call reads its operands from HBM and
 launch gaps vanish. The ladder (`python -m lessons ladder`) uses the same timer for every stage and for cuBLAS;
 its committed numbers are in `results/` and `docs/`.
@@ -1013,8 +1014,8 @@ for name, ablated in ablation_configs(8, *SHAPE).items():
 
 ablation = Path(ROOT, "results", "ablation_08.json")
 if ablation.exists():
-    from gemm.bench import CONFIG_COLUMNS
-    from gemm.testing import Column, format_table
+    from gemm.testing.bench_configs import CONFIG_COLUMNS
+    from gemm.testing.records import Column, format_table
     result = json.loads(ablation.read_text())
     print(f"\\nresults/ablation_08.json ({result['device'].get('name', '?')}, {result['date'][:10]}), "
           f"M={result['shape']['m']} N={result['shape']['n']} K={result['shape']['k']}:")
@@ -1575,7 +1576,7 @@ element, plus the scales. Compare with the H100's ~3 TB/s device-to-device copy.
         code('''\
 if is_hopper():
     from numba import cuda
-    from gemm.testing import bench_kernel
+    from gemm.testing.timer import bench_kernel
     m, k = 4096, 7168
     q, scale = per_token_cast_to_fp8(np.random.default_rng().standard_normal((m, k), dtype=np.float32))
     x_d, s_d = cuda.to_device(q.view(np.uint8)), cuda.to_device(scale)

@@ -57,7 +57,7 @@ Both carry `position` (T, top_k): where each (token, choice) landed, the inverse
 """
 
 DISPATCH_CELL = '''\
-from gemm.testing import Column, format_table
+from gemm.testing.records import Column, format_table
 
 rng = np.random.default_rng(9)
 T, G, TOP_K = 96, 8, 2
@@ -185,11 +185,11 @@ combined outputs of the two layouts with each other and with the float64 MoE lay
 """
 
 EMULATOR_CELL = '''\
-from gemm.fp8 import (calc_diff, dequantize_per_block, dequantize_per_token, per_block_cast_to_fp8,
-                      per_token_cast_to_fp8, reference_gemm)
+from gemm.fp8 import (calc_diff, dequantize_per_block, dequantize_per_token, per_block_cast_to_fp8, per_token_cast_to_fp8)
+from gemm.testing.problems import reference_gemm
 
 try:
-    from gemm.emulated import run_grouped_gemm
+    from gemm.testing.emulated import run_grouped_gemm
     from gemm.kernel import KernelConfig
     KernelConfig(gemm_type="masked")
 except (ImportError, ValueError) as error:
@@ -263,7 +263,8 @@ if not is_hopper():
 else:
     import torch
     import gemm
-    from gemm.fp8 import calc_diff, per_block_cast_to_fp8, per_token_cast_to_fp8, reference_gemm
+    from gemm.fp8 import calc_diff, per_block_cast_to_fp8, per_token_cast_to_fp8
+    from gemm.testing.problems import reference_gemm
 
     rng = np.random.default_rng(0)
     T, G, TOP_K, N, K = 512, 8, 2, 4096, 7168

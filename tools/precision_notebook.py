@@ -46,8 +46,8 @@ if ROOT not in sys.path:
 import ml_dtypes
 import numpy as np
 
-from gemm import precision
-from gemm.testing import Column, format_table
+from lessons import precision
+from gemm.testing.records import Column, format_table
 
 e4m3 = ml_dtypes.finfo(ml_dtypes.float8_e4m3fn)
 print(f"E4M3: max {float(e4m3.max):g}, smallest normal 2^{int(np.log2(float(e4m3.smallest_normal)))}, "
@@ -140,8 +140,8 @@ EMULATOR_CELL = '''\
 import difflib, re
 
 import lessons
-from gemm.emulated import run_gemm
-from gemm.fp8 import reference_gemm
+from gemm.testing.emulated import run_gemm
+from gemm.testing.problems import reference_gemm
 from gemm.kernel import generate
 from ptx.emulate.matrix import accumulator_model
 

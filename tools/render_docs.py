@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
-from gemm.testing import format_table, read_result, three_digits  # noqa: E402
+from gemm.testing.records import format_table, read_result, three_digits  # noqa: E402
 
 
 def replace_block(text: str, name: str, content: str) -> str:
@@ -54,7 +54,7 @@ def ladder_block(result: dict, png: Path | None, doc_dir: Path) -> str:
 
 def speed_of_light_block() -> str:
     """The hardware table and each stage's bound, from lessons.ladder (UNITS, BOUNDS): never typed by hand."""
-    from gemm.testing import Column
+    from gemm.testing.records import Column
     from lessons.ladder import BOUNDS, CLOCK_NOTE, LADDER_SHAPE, UNIT_COLUMNS, speed_of_light, unit_rows
     stage_rows = []
     for number in sorted(BOUNDS):
@@ -71,13 +71,13 @@ def speed_of_light_block() -> str:
 
 
 def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
-    from gemm.bench import COLUMNS
+    from gemm.testing.bench_dense import COLUMNS
     lines = [describe_device(result), "", format_table(COLUMNS, result["rows"], markdown=True)]
     if result.get("reference_note"):
         lines += ["", result["reference_note"]]
     overhead = result.get("host_overhead")
     if overhead:
-        from gemm.bench import describe_overhead
+        from gemm.testing.bench_host import describe_overhead
         lines += ["", describe_overhead(overhead)]
     if png is not None and png.exists():
         lines += ["", f"![fp8_gemm_nt vs cuBLAS, TFLOP/s per shape]({_relative(png, doc_dir)})"]
@@ -108,7 +108,7 @@ def ablation_blocks(results: Path, docs: Path) -> dict[str, str]:
 
 
 def sweep_block(result: dict) -> str:
-    """A tools/sweep_configs.py result: one row per shape, TFLOP/s of each config and its ratio to the first."""
+    """A python -m gemm bench configs result: one row per shape, TFLOP/s of each config and its ratio to the first."""
     names = result.get("configs") or sorted({r["name"] for r in result["rows"]})
     shapes = sorted({(r["m"], r["n"], r["k"]) for r in result["rows"]}, key=lambda s: (s[0], s[1], s[2]))
     by = {(r["m"], r["n"], r["k"], r["name"]): r for r in result["rows"]}
@@ -171,7 +171,7 @@ def ablation_lines(results: Path, lessons_dir: Path, rendered: dict[Path, str]) 
     alone; ``rendered`` holds texts already rewritten (the "Measured:" line), which this one continues from."""
     import textwrap
 
-    from gemm.testing import three_digits as digits
+    from gemm.testing.records import three_digits as digits
     updated = {}
     for path in sorted(results.glob("ablation_*.json")):
         number = int(path.stem.split("_")[1])
@@ -206,8 +206,8 @@ def ablation_lines(results: Path, lessons_dir: Path, rendered: dict[Path, str]) 
 
 
 def grouped_block(result: dict) -> str:
-    """The MoE grouped GEMMs' table (gemm.bench --grouped): ours, DeepGEMM's, and our dense GEMM at the same M."""
-    from gemm.bench import GROUPED_COLUMNS
+    """The MoE grouped GEMMs' table (gemm bench grouped): ours, DeepGEMM's, and our dense GEMM at the same M."""
+    from gemm.testing.bench_grouped import GROUPED_COLUMNS
     lines = [describe_device(result), "", format_table(GROUPED_COLUMNS, result["rows"], markdown=True)]
     if result.get("reference_note"):
         lines += ["", result["reference_note"]]
@@ -243,12 +243,12 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
         "ladder_results": ladder_block(read_result(ladder_json), results / "ladder.png", docs)
         if ladder_json.exists() else _missing("python -m lessons ladder", "ladder.json"),
         "gemm_bench_results": bench_block(read_result(bench_json), results / "gemm_bench.png", docs)
-        if bench_json.exists() else _missing("python -m gemm.bench", "gemm_bench.json"),
+        if bench_json.exists() else _missing("python -m gemm bench dense", "gemm_bench.json"),
     }
     blocks.update(ablation_blocks(results, docs))
     grouped_json = results / "grouped_bench.json"
     blocks["grouped_bench_results"] = grouped_block(read_result(grouped_json)) if grouped_json.exists() else \
-        _missing("python -m gemm.bench --grouped", "grouped_bench.json")
+        _missing("python -m gemm bench grouped", "grouped_bench.json")
     grading_json = results / "grading.json"
     if grading_json.exists():
         import json

@@ -30,7 +30,7 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
     otherwise B and its scales come from that group. BLOCK_M must divide the alignment.
   - ``"masked"``: A is (G, M_max, K) and only the first ``masked_m[g]`` rows of group g (a device array, so a CUDA
     graph replays it with new counts) are computed and stored. Persistent only: the scheduler walks the groups'
-    tiles in order (:class:`gemm.kernel.scheduler.TileScheduler`), and the epilogue stores rows below the group's
+    tiles in order (:class:`gemm.kernel.tile_scheduler.TileScheduler`), and the epilogue stores rows below the group's
     count only.
 
   Grouped kernels use the warpgroup producer and no multicast (a cluster pair would have to agree on its group
@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass
 
 from gemm.fp8 import ceil_div
-from gemm.kernel.math import staging_pitch
+from gemm.kernel.math_warpgroups import staging_pitch
 
 BLOCK_K = 128  # one scale group = one 128-byte swizzle row of e4m3
 WARPGROUP = 128  # threads

@@ -1,7 +1,7 @@
 """The epilogue emitters: the math warpgroups' FP32 totals -> BF16 D.
 
 * :class:`StagedEpilogue` (stages 05-07): each warp rounds its 16 rows into a padded shared tile and copies them
-  out with coalesced 16-byte ``st.global``, masked at ragged edges (:meth:`gemm.kernel.math.MathWarpgroups.store`).
+  out with coalesced 16-byte ``st.global``, masked at ragged edges (:meth:`gemm.kernel.math_warpgroups.MathWarpgroups.store`).
 * :class:`TmaEpilogue` (stage 08): ``stmatrix`` writes the warp's BF16 fragments straight into a shared tile laid
   out as TMA wants it (64-column atoms of 128-byte rows, 16-byte chunks XOR-swizzled by row, so the 8 rows a
   ``stmatrix`` writes land in 8 different bank groups), one thread issues a TMA store per atom, and the copy
@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from gemm.kernel.config import KernelConfig, SharedPlan, tma_store_box_columns
-from gemm.kernel.math import MathWarpgroups
+from gemm.kernel.math_warpgroups import MathWarpgroups
 from ptx.builder import KernelBuilder
 from ptx.vocab import core
 from ptx.vocab import tma as t

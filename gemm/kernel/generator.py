@@ -5,8 +5,8 @@ M-block count at run time, TMA zero-fills rows past M on load and clips them on 
 masks them). The pieces, each in its own module:
 
 * :mod:`gemm.kernel.producer`: the TMA ring and its producer (inline thread 0, or a producer warpgroup);
-* :mod:`gemm.kernel.math`: the math warpgroups (wgmma + promotion);
-* :mod:`gemm.kernel.scheduler`: which tiles a CTA computes, in which order;
+* :mod:`gemm.kernel.math_warpgroups`: the math warpgroups (wgmma + promotion);
+* :mod:`gemm.kernel.tile_scheduler`: which tiles a CTA computes, in which order;
 * :mod:`gemm.kernel.epilogue`: totals -> BF16 D (staged ``st.global``, or ``stmatrix`` + TMA store).
 
 Thread layout: the math warpgroups come first (threads 0 .. math_threads-1, so a math thread's index is its
@@ -23,9 +23,9 @@ from gemm.fp8 import ceil_div
 from gemm.kernel.config import KernelConfig, SharedPlan
 from gemm.kernel.epilogue import StagedEpilogue, TmaEpilogue, math_barrier
 from gemm.kernel.seams import NO_SEAMS, Seams
-from gemm.kernel.math import MathWarpgroups
+from gemm.kernel.math_warpgroups import MathWarpgroups
 from gemm.kernel.producer import InlineProducer, Ring, WarpgroupProducer
-from gemm.kernel.scheduler import TileScheduler
+from gemm.kernel.tile_scheduler import TileScheduler
 from ptx.builder import KernelBuilder, module
 from ptx.vocab import core
 from ptx.vocab import mma as memory

@@ -1,4 +1,5 @@
-"""Launching a generated kernel: the kernel cache keyed by (config, N, K), tensor maps, grid.
+"""Launching a generated kernel, any GEMM type: the kernel cache keyed by (config, N, K), tensor maps, grid, the
+kernel's arguments (named as the generator declares its parameters), and a launch or a prepared launch.
 
 Nothing here is per device but the launch itself: a loaded kernel serves every device (ptx.runtime loads it into a
 device's context on first use there), tensor maps are keyed by pointers (unique across devices under unified
@@ -17,7 +18,7 @@ import numpy as np
 
 from gemm.fp8 import ceil_div
 from gemm.kernel.config import BLOCK_K, POST_PASSES, KernelConfig, SharedPlan, tma_store_box_columns
-from gemm.kernel.generator import KERNEL, generate
+from gemm.kernel.generator import KERNEL, generate, kernel_params
 from gemm.kernel.seams import NO_SEAMS, Seams
 
 
@@ -87,12 +88,12 @@ def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: in
 
 @functools.lru_cache(maxsize=1024)
 def tensor_maps(config: KernelConfig, pointers: tuple[int, int, int, int], m: int, n: int, k: int,
-                sa_stride: int) -> tuple:
-    """The encoded maps of one call, in parameter order (host-side only; cached per pointers and shape)."""
+                sa_stride: int, groups: int = 1) -> dict:
+    """The encoded maps of one call by parameter name (host-side only; cached per pointers and shape)."""
     from ptx.tma import tensor_map_2d
-    specs = tensor_map_specs(config, m, n, k, sa_stride)
+    specs = tensor_map_specs(config, m, n, k, sa_stride, groups)
     by_name = dict(zip(("tmap_a", "tmap_b", "tmap_sa", "tmap_d"), pointers))
-    return tuple(tensor_map_2d(by_name[name], **spec) for name, spec in specs.items())
+    return {name: tensor_map_2d(by_name[name], **spec) for name, spec in specs.items()}
 
 
 def grid(config: KernelConfig, m: int, n: int, sm_count: int, groups: int = 1) -> int:
@@ -105,51 +106,35 @@ def grid(config: KernelConfig, m: int, n: int, sm_count: int, groups: int = 1) -
 
 
 @functools.lru_cache(maxsize=4096)
-def _launch_shape(config: KernelConfig, m: int, n: int, k: int, sm_count: int) -> tuple:
+def _launch_shape(config: KernelConfig, m: int, n: int, k: int, sm_count: int, groups: int) -> tuple:
     """(grid, shared bytes, cluster) of one call: pure functions of the config and shape, so computed once."""
     cluster = (config.multicast, 1, 1) if config.multicast > 1 else None
-    return grid(config, m, n, sm_count), SharedPlan(config, n, k).shared_bytes, cluster
+    return grid(config, m, n, sm_count, groups), SharedPlan(config, n, k).shared_bytes, cluster
+
+
+def kernel_arguments(config: KernelConfig, args) -> list:
+    """The values of the kernel's parameters for validated arguments (gemm.validate.GemmArgs, any gemm_type), in
+    the order and by the names the generator declares them (:func:`gemm.kernel.generator.kernel_params`)."""
+    maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), args.m, args.n, args.k,
+                       args.sa_stride, args.groups)
+    values = {**maps, "sb": args.sb.ptr, "d": args.d.ptr, "m": args.m,
+              "grouped_layout": args.layout.ptr if args.layout is not None else 0, "groups": args.groups}
+    return [values[name] for _, name in kernel_params(config)]
 
 
 def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
-    """Run ``config``'s kernel on validated arguments (gemm.validate.GemmArgs)."""
-    m, n, k = args.m, args.n, args.k
-    blocks, shared_bytes, cluster = _launch_shape(config, m, n, k, sm_count)
-    maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
-    kernel(config, n, k).launch(blocks, config.threads, [*maps, args.sb.ptr, args.d.ptr, m],
-                                shared_bytes=shared_bytes, cluster=cluster, stream=stream, device=args.device)
+    """Run ``config``'s kernel on validated arguments (gemm.validate.GemmArgs) on their device."""
+    blocks, shared_bytes, cluster = _launch_shape(config, args.m, args.n, args.k, sm_count, args.groups)
+    kernel(config, args.n, args.k).launch(blocks, config.threads, kernel_arguments(config, args),
+                                          shared_bytes=shared_bytes, cluster=cluster, stream=stream,
+                                          device=args.device)
 
 
 def prepare(config: KernelConfig, args, *, sm_count: int):
     """``launch`` with everything but the stream done: a ptx.runtime.PreparedLaunch for the host hot path."""
-    m, n, k = args.m, args.n, args.k
-    blocks, shared_bytes, cluster = _launch_shape(config, m, n, k, sm_count)
-    maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
-    return kernel(config, n, k).prepare(blocks, config.threads, [*maps, args.sb.ptr, args.d.ptr, m],
-                                        shared_bytes=shared_bytes, cluster=cluster, device=args.device)
+    blocks, shared_bytes, cluster = _launch_shape(config, args.m, args.n, args.k, sm_count, args.groups)
+    return kernel(config, args.n, args.k).prepare(blocks, config.threads, kernel_arguments(config, args),
+                                                  shared_bytes=shared_bytes, cluster=cluster, device=args.device)
 
 
-# -- grouped GEMMs (gemm.grouped) ---------------------------------------------------------------------------
-@functools.lru_cache(maxsize=1024)
-def grouped_tensor_maps(config: KernelConfig, pointers: tuple[int, int, int, int], m: int, n: int, k: int,
-                        sa_stride: int, groups: int) -> tuple:
-    """The encoded maps of one grouped call, in parameter order (cached per pointers and shape)."""
-    from ptx.tma import tensor_map_2d
-    specs = tensor_map_specs(config, m, n, k, sa_stride, groups)
-    by_name = dict(zip(("tmap_a", "tmap_b", "tmap_sa", "tmap_d"), pointers))
-    return tuple(tensor_map_2d(by_name[name], **spec) for name, spec in specs.items())
-
-
-def launch_grouped(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
-    """Run a grouped ``config``'s kernel on validated arguments (gemm.grouped.GroupedArgs)."""
-    m, n, k, groups = args.m, args.n, args.k, args.groups
-    maps = grouped_tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride,
-                               groups)
-    kernel(config, n, k).launch(grid(config, m, n, sm_count, groups), config.threads,
-                                [*maps, args.sb.ptr, args.d.ptr, m, args.layout.ptr, groups],
-                                shared_bytes=SharedPlan(config, n, k).shared_bytes, stream=stream,
-                                device=args.device)
-
-
-__all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "grid", "launch", "prepare", "grouped_tensor_maps",
-           "launch_grouped"]
+__all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "kernel_arguments", "grid", "launch", "prepare"]

@@ -27,7 +27,7 @@ from ptx.vocab import wgmma as w
 
 @dataclass(frozen=True)
 class PairFlags:
-    """Per-tile predicates of a 2-CTA cluster (from :meth:`gemm.kernel.scheduler.TileScheduler.pair_flags`)."""
+    """Per-tile predicates of a 2-CTA cluster (from :meth:`gemm.kernel.tile_scheduler.TileScheduler.pair_flags`)."""
     own: str  # this CTA loads its own A (the pair's tiles differ in rows, or the peer has no tile)
     lead: str  # this CTA is rank 0 of a pair sharing rows: it multicasts A to both
     peer_alive: str  # the peer CTA computes a tile at this step too (else releases go to this CTA only)
@@ -95,7 +95,7 @@ class Ring:
         rank 1 issues nothing for them (its barrier still expects their bytes), and when the pair's tiles do not
         share rows each CTA loads its own (``pair.own``). B is always the CTA's own.
 
-        ``rows``: a grouped GEMM's scheduler (:class:`gemm.kernel.scheduler.TileScheduler` inside its tile walk),
+        ``rows``: a grouped GEMM's scheduler (:class:`gemm.kernel.tile_scheduler.TileScheduler` inside its tile walk),
         whose ``a_row``, ``sa_x``, ``sa_k_base`` and ``b_row`` place the tile in the stacked operands."""
         e = self.b.emit
         k_byte = self.b.reg("u32", "kx")

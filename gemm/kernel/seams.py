@@ -5,12 +5,12 @@ The generator makes a few decisions a course exercise asks a student to make ins
 * ``producer_warpgroup(math_warpgroups) -> 0 | math_warpgroups``: where the producer warpgroup sits
   (:meth:`gemm.kernel.generator._Kernel.warp_specialized_body`);
 * ``tile_coords(tile, m_blocks, n_blocks, raster_group) -> (m_block, n_block)`` with ``rows`` (the M the kernel
-  will run at): the tile map, emitted as a table (:meth:`gemm.kernel.scheduler.TileScheduler._coords`);
+  will run at): the tile map, emitted as a table (:meth:`gemm.kernel.tile_scheduler.TileScheduler._coords`);
 * ``empty_arrivals(multicast, math_warps) -> count``: the empty barrier's arrival count (``_Kernel.setup``);
 * ``ffma_rule(run) -> FFMAs``: the rule of the FFMA interleave cubin pass (:func:`gemm.kernel.launch.cubin`).
 
 A :class:`Seams` value is passed down ``generate(config, n, k, seams)``, ``cubin``, ``kernel`` and
-``gemm.emulated.run_gemm``, and is part of each of their cache keys (functions hash by identity), so a kernel built
+``gemm.testing.emulated.run_gemm``, and is part of each of their cache keys (functions hash by identity), so a kernel built
 with someone's function is never served to a caller without it. :data:`NO_SEAMS`, the default everywhere, is the
 generator's own code: the production path passes nothing and its PTX does not change. Nothing here knows the course.
 """

@@ -17,7 +17,7 @@ The contract every exercise module follows:
 * ``build(solution) -> Candidate``;
 * ``Candidate.run_cpu(a, sa, b, sb) -> np.ndarray``: D as float32 for host operands in the gemm.fp8 contract (NaN
   where the kernel wrote nothing), through the Numba simulator or the PTX emulator, at small shapes;
-* ``Candidate.run_gpu(a, sa, b, sb, d)``: launch on device arrays (``gemm.harness.device_problem``), asynchronous;
+* ``Candidate.run_gpu(a, sa, b, sb, d)``: launch on device arrays (``gemm.testing.problems.device_problem``), asynchronous;
 * ``Candidate.sass() -> list | None``: the kernel's SASS instructions (``ptx.sass.disassemble`` of its cubin) for
   the technique checks, or None where there is none to check on this machine;
 * ``required_sass`` / ``forbidden_sass``: opcode prefixes that must / must not appear (e.g. "QGMMA", "UTMALDG");

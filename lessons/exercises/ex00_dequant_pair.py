@@ -116,7 +116,7 @@ class DequantCandidate:
         return _product(a_values.astype(np.float64), _exact(b, _row_scales_b(sb, b.shape[0]))).astype(np.float32)
 
     def run_gpu(self, a, sa, b, sb, d) -> None:
-        """Dequantize A on the device with the kernel (device arrays from gemm.harness.device_problem), multiply on
+        """Dequantize A on the device with the kernel (device arrays from gemm.testing.problems.device_problem), multiply on
         the host with the exact B, write D's BF16 bits to ``d``. Synchronous (the exercise is not timed)."""
         from numba import cuda
 

@@ -69,7 +69,7 @@ class NumbaCandidate:
         """D as float32 through Numba's CUDA simulator (needs NUMBA_ENABLE_CUDASIM=1 before numba.cuda is imported);
         NaN where the kernel wrote nothing."""
         from gemm.fp8 import bf16_to_float
-        from gemm.harness import BF16_NAN_BITS, device_problem
+        from gemm.testing.problems import BF16_NAN_BITS, device_problem
         problem = device_problem(a, sa, b, sb)
         problem.d.copy_to_device(np.full(problem.d.shape, BF16_NAN_BITS, np.uint16))
         self.run_gpu(problem.a, problem.sa, problem.b, problem.sb, problem.d)

@@ -1,7 +1,7 @@
 """Exercise 08: the raster order of the persistent tile scheduler.
 
 Hole: ``tile_coords(tile, m_blocks, n_blocks, raster_group) -> (m_block, n_block)``. The seam:
-:meth:`gemm.kernel.scheduler.TileScheduler._coords` (every place the kernel turns a tile index into a tile: the
+:meth:`gemm.kernel.tile_scheduler.TileScheduler._coords` (every place the kernel turns a tile index into a tile: the
 producer's walk, the math warpgroups' walk, the cluster pair flags) emits the student's function as a table for
 the M it runs at (``Seams(tile_coords=..., rows=M)``, :mod:`gemm.kernel.seams`). The emulator shows a map that is not a bijection
 (a tile twice, one never: NaN left in D); the order itself is then checked against the grouped raster the stage
@@ -25,11 +25,11 @@ plain row-major.
 
 Fill in, in your copy of lessons/exercises/skeletons/ex08_raster_order.py:
   * tile_coords(tile, m_blocks, n_blocks, raster_group) -> (m_block, n_block), for 0 <= tile < m_blocks*n_blocks.
-The generator turns your function into the kernel's tile map (gemm/kernel/scheduler.py TileScheduler)."""
+The generator turns your function into the kernel's tile map (gemm/kernel/tile_scheduler.py TileScheduler)."""
 
 QUESTIONS = (
     ("Predict: with 4 m blocks, 5 n blocks and raster_group 2, which tiles are tiles 0..9?",
-     "check with gemm.kernel.scheduler.tile_coords / schedule, or `python -m lessons figures` (the raster figure)"),
+     "check with gemm.kernel.tile_scheduler.tile_coords / schedule, or `python -m lessons figures` (the raster figure)"),
     ("Predict: if tile_coords sends two tiles to the same (m_block, n_block), what does D look like?",
      "check with the emulator: run_cpu returns NaN where no tile wrote"),
     ("Predict: what does stage 08 add to the SASS over stage 07 (the epilogue's store)?",
@@ -38,14 +38,14 @@ QUESTIONS = (
 
 
 def reference():
-    from gemm.kernel.scheduler import tile_coords
+    from gemm.kernel.tile_scheduler import tile_coords
     return SimpleNamespace(tile_coords=tile_coords)
 
 
 def check_order(solution) -> None:
     """Raise AssertionError at the first tile whose coordinates differ from the grouped raster the prompt
     specifies (row-major for raster_group 0)."""
-    from gemm.kernel.scheduler import tile_coords
+    from gemm.kernel.tile_scheduler import tile_coords
     for m_blocks in (1, 2, 3, 5):
         for n_blocks in (1, 2, 5, 7):
             for group in (0, 1, 2, 3, 4, 16):
@@ -95,5 +95,5 @@ EXERCISE = Exercise(
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
     extra={"checks": (raster_order,)},
-    answer_sites={"gemm/kernel/scheduler.py": ("tile_coords", "schedule")},
+    answer_sites={"gemm/kernel/tile_scheduler.py": ("tile_coords", "schedule")},
 )

@@ -29,7 +29,7 @@ QUESTIONS = (
     ("Predict: how many arrivals complete one phase of an empty barrier with 2 math warpgroups and multicast 2?",
      "check with `python -m lessons inspect 9` (the `mbarrier.init` lines of the PTX)"),
     ("Predict: what does the kernel do with one arrival too many per phase? one too few?",
-     "check with the emulator (`gemm.emulated.run_gemm(..., seams=gemm.kernel.seams.Seams(empty_arrivals=...))`"
+     "check with the emulator (`gemm.testing.emulated.run_gemm(..., seams=gemm.kernel.seams.Seams(empty_arrivals=...))`"
      ", with `seed=` for random schedules)"),
     ("Predict: which SASS instructions does the cluster add over stage 08?",
      "check with `python -m lessons diff 8 9` (UCGABAR_ARV / UCGABAR_WAIT, the cluster barrier)"),

@@ -27,7 +27,7 @@ class HoledKernel:
         self._cubin = None
 
     def run_cpu(self, a, sa, b, sb):
-        from gemm.emulated import run_gemm
+        from gemm.testing.emulated import run_gemm
         self.check()
         m, k = a.shape
         n = b.shape[0]
@@ -39,19 +39,18 @@ class HoledKernel:
         return kernel(config, n, k, Seams(**self.seams(m, n, k)))
 
     def run_gpu(self, a, sa, b, sb, d, stream=None) -> None:
-        """Launch on device arrays (``gemm.harness.device_problem``), asynchronous; the kernel is built (and cached
+        """Launch on device arrays (``gemm.testing.problems.device_problem``), asynchronous; the kernel is built (and cached
         on this candidate) on first use of a shape."""
         from gemm.heuristics import device_facts
         from gemm.kernel.config import SharedPlan
-        from gemm.kernel.launch import grid, tensor_maps
+        from gemm.kernel.launch import grid, kernel_arguments
         from gemm.validate import check_gemm_args
         args = check_gemm_args(a, sa, b, sb, d)
         m, n, k = args.m, args.n, args.k
         config = self.config_of(m, n, k)
         kernel = self._kernel(config, m, n, k)
-        maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), m, n, k, args.sa_stride)
         kernel.launch(grid(config, m, n, device_facts(args.device).sm_count), config.threads,
-                      [*maps, args.sb.ptr, args.d.ptr, m], shared_bytes=SharedPlan(config, n, k).shared_bytes,
+                      kernel_arguments(config, args), shared_bytes=SharedPlan(config, n, k).shared_bytes,
                       cluster=(config.multicast, 1, 1) if config.multicast > 1 else None, stream=stream,
                       device=args.device)
 

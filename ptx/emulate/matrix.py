@@ -129,7 +129,7 @@ class AccumulatorModel:
 def limited_precision_sum(products, current=None, bits: int = 14) -> np.ndarray:
     """The fused sum of :class:`AccumulatorModel` over the last axis of ``products`` (plus ``current``, the
     incoming accumulator, when given), as float32. One home for the model: the emulator's wgmma and
-    gemm.precision both call it."""
+    lessons.precision both call it."""
     terms = np.asarray(products, np.float64)
     if current is not None:
         terms = np.concatenate([np.asarray(current, np.float64)[..., None], terms], axis=-1)
@@ -147,7 +147,7 @@ def accumulator_model(model: AccumulatorModel | int | None = 14):
     ``None`` is the exact default. Off unless asked for: nothing else (no environment variable) switches it.
 
         with accumulator_model(14):
-            d = gemm.emulated.run_gemm(config, a, sa, b, sb)
+            d = gemm.testing.emulated.run_gemm(config, a, sa, b, sb)
     """
     if isinstance(model, int):
         model = AccumulatorModel(model)

@@ -6,7 +6,7 @@
 
 ``stage`` is a stage module (``lessons.stage(n)``), used by duck typing so that ptx never imports lessons: one
 with an ``emulate(a, sa, b, sb, seed=None)`` function (the hand-written PTX stages 04-06), or whose ``STAGE``
-has one (the generator stages 07+: ``lessons.generated.GeneratedStage.emulate``, through gemm.emulated.run_gemm,
+has one (the generator stages 07+: ``lessons.generated.GeneratedStage.emulate``, through gemm.testing.emulated.run_gemm,
 which takes ``sm_count`` too), is run through it. Either way the launch
 ends in ptx.emulate's run_kernel, which a ptx.emulate.session.capture edits and records. An EmulationError
 (deadlock, missing fence, accumulator read too early, out-of-bounds access, ...) does not propagate: it is the

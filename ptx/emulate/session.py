@@ -1,6 +1,6 @@
 """What :func:`ptx.emulate.run_stage` sees of the runs made inside it, whoever launches them.
 
-Stages launch their kernels through their own code (lessons/04-06 ``emulate``, gemm.emulated.run_gemm for the
+Stages launch their kernels through their own code (lessons/04-06 ``emulate``, gemm.testing.emulated.run_gemm for the
 generator stages), which ends in one of the two ``run_kernel`` functions (lockstep or scheduled). While a
 :func:`capture` is open, each of those calls hands its PTX to :meth:`Session.prepare` first: the session applies
 its edit (a function PTX text -> PTX text, the "break it" edits of ptx.emulate.breaks), keeps the lines that

@@ -12,14 +12,14 @@ plain row-major.
 
 Fill in, in your copy of lessons/exercises/skeletons/ex08_raster_order.py:
   * tile_coords(tile, m_blocks, n_blocks, raster_group) -> (m_block, n_block), for 0 <= tile < m_blocks*n_blocks.
-The generator turns your function into the kernel's tile map (gemm/kernel/scheduler.py TileScheduler).
+The generator turns your function into the kernel's tile map (gemm/kernel/tile_scheduler.py TileScheduler).
 
 Grade it: ``python -m lessons grade 8 path/to/this_file.py``.
 """
 
 # Predict, then check:
 # 1. With 4 m blocks, 5 n blocks and raster_group 2, which tiles are tiles 0..9?
-#    Check with gemm.kernel.scheduler.schedule, or `python -m lessons figures` (the raster figure).
+#    Check with gemm.kernel.tile_scheduler.schedule, or `python -m lessons figures` (the raster figure).
 # 2. If tile_coords sends two tiles to the same (m_block, n_block), what does D look like?
 #    Check with the emulator: run_cpu returns NaN where no tile wrote.
 # 3. What does stage 08 add to the SASS over stage 07 (the epilogue's store)?

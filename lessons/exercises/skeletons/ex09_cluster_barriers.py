@@ -21,7 +21,7 @@ Grade it: ``python -m lessons grade 9 path/to/this_file.py``.
 # 1. How many arrivals complete one phase of an empty barrier with 2 math warpgroups and multicast 2?
 #    Check with `python -m lessons inspect 9` (the `mbarrier.init` lines of the PTX).
 # 2. What does the kernel do with one arrival too many per phase? one too few?
-#    Check with the emulator (`EXERCISE.build(this_module).run_cpu(...)`; gemm.emulated.run_gemm takes seed=).
+#    Check with the emulator (`EXERCISE.build(this_module).run_cpu(...)`; gemm.testing.emulated.run_gemm takes seed=).
 # 3. Which SASS instructions does the cluster add over stage 08?
 #    Check with `python -m lessons diff 8 9` (UCGABAR_ARV / UCGABAR_WAIT).
 

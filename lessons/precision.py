@@ -1,5 +1,5 @@
 """Where an FP8 GEMM loses precision, measured on the CPU (NumPy + ml_dtypes, no GPU): the numbers of
-notebooks/precision.ipynb. ``python -m gemm.precision`` prints every table.
+notebooks/precision.ipynb. ``python -m lessons precision`` prints every table.
 
 1. **Scaling granularity** (:func:`scaling_table`): one scale per tensor, per 1x128 group (a token's 128
    channels) or per 128x128 block, on activations with outlier channels and outlier tokens, cast with the
@@ -14,19 +14,19 @@ notebooks/precision.ipynb. ``python -m gemm.precision`` prints every table.
    serve W and W^T (the backward pass multiplies by W^T), and a 128-wide N tile needs one weight scale per K
    block instead of one per column.
 
-:func:`without_promotion` deletes the promotion from a generated kernel's PTX, so the emulator can run the
+:func:`without_promotion` deletes the promotion from a generated kernel's PTX, so the emulator can run (``run_gemm(...,
+ptx=without_promotion(generate(config, n, k)))``) the
 kernel a student would get by deleting it (valid for scales that are uniform along K).
 """
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
 
 import numpy as np
 
 from gemm.fp8 import (AMAX_FLOOR, E4M3_MAX, GROUP, calc_diff, ceil_div, dequantize_per_block, dequantize_per_token,
                       e4m3_decode, e4m3_encode, per_block_cast_to_fp8, per_token_cast_to_fp8)
-from gemm.testing import Column, format_table
+from gemm.testing.records import Column, format_table
 from ptx.emulate.matrix import AccumulatorModel
 
 E4M3_MIN_SUBNORMAL = 2.0 ** -9  # anything scaled to half of it or below rounds to zero
@@ -296,18 +296,6 @@ def without_promotion(ptx: str) -> str:
     return ptx
 
 
-@contextmanager
-def promotion_deleted():
-    """Within the block, gemm.emulated.run_gemm runs :func:`without_promotion` of each generated kernel."""
-    import gemm.emulated
-    generate = gemm.emulated.generate
-    gemm.emulated.generate = lambda config, n, k, *seams: without_promotion(generate(config, n, k, *seams))
-    try:
-        yield
-    finally:
-        gemm.emulated.generate = generate
-
-
 def per_tensor_problem(m: int, n: int, k: int, data: str = "same-sign", seed: int = 0):
     """(a, sa, b, sb) in the gemm.fp8 contract with one scale per tensor (sa, sb filled with it), so a kernel
     without the promotion computes the same GEMM; ``data`` as in :func:`accumulation_operands`."""
@@ -341,7 +329,7 @@ def print_tables(seed: int = 0) -> None:
 __all__ = [
     "E4M3_MIN_SUBNORMAL", "PROMOTE_EVERY", "SCHEMES", "outlier_activations", "per_tensor_cast_to_fp8", "quantize",
     "flushed_fraction", "scaling_table", "accumulation_operands", "accumulate", "accumulation_table",
-    "transpose_table", "accumulator_columns", "scale_loads_table", "without_promotion", "promotion_deleted",
+    "transpose_table", "accumulator_columns", "scale_loads_table", "without_promotion",
     "per_tensor_problem", "print_tables",
 ]
 

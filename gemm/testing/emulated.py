@@ -15,14 +15,16 @@ from gemm.kernel import KERNEL, KernelConfig, SharedPlan, generate
 from gemm.kernel.launch import grid, tensor_map_specs
 from gemm.kernel.seams import NO_SEAMS, Seams
 
-BF16_NAN_BITS = 0x7FC0
+from gemm.testing.problems import BF16_NAN_BITS
 
 
 def run_gemm(config: KernelConfig, a, sa, b, sb, *, c=None, sm_count: int = 3, seed: int | None = None,
-             preempt: bool = True, seams: Seams = NO_SEAMS) -> np.ndarray:
+             preempt: bool = True, seams: Seams = NO_SEAMS, ptx: str | None = None) -> np.ndarray:
     """D = (a*sa)(b*sb)^T by ``config``'s kernel on the emulator, as float32 (host arrays in the gemm.fp8
     contract; D starts as NaN so unwritten elements show). With ``config.accumulate``, D starts as ``c``
-    (float32 (M, N)) and the kernel adds into it: D = C + A*B. ``seams``: :mod:`gemm.kernel.seams`."""
+    (float32 (M, N)) and the kernel adds into it: D = C + A*B. ``seams``: :mod:`gemm.kernel.seams`. ``ptx``: run this
+    text instead of ``generate(config, n, k, seams)`` (an edited kernel, e.g. without its promotion), with the
+    config's tensor maps, grid and shared memory."""
     from ptx.emulate import FakeTensorMap, run_kernel
     m, k = a.shape
     n = b.shape[0]
@@ -41,7 +43,7 @@ def run_gemm(config: KernelConfig, a, sa, b, sb, *, c=None, sm_count: int = 3, s
     maps = {name: FakeTensorMap(data[name], np.dtype(spec["dtype"]), spec["shape"], spec["row_stride_bytes"],
                                 spec["box"], spec["swizzle"])
             for name, spec in tensor_map_specs(config, m, n, k, align(m, 4)).items()}
-    run_kernel(generate(config, n, k, seams), KERNEL, (grid(config, m, n, sm_count),), config.threads,
+    run_kernel(ptx if ptx is not None else generate(config, n, k, seams), KERNEL, (grid(config, m, n, sm_count),), config.threads,
                SharedPlan(config, n, k).shared_bytes,
                dict(**maps, sb=np.ascontiguousarray(sb, np.float32), d=d, m=m), seed=seed, preempt=preempt,
                cluster=config.multicast)

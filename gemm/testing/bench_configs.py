@@ -1,0 +1,120 @@
+"""``python -m gemm bench configs``: time named kernel configs on shapes, each checked first (GPU).
+
+    python -m gemm bench configs bench production "production:multicast=2"
+    python -m gemm bench configs 64,7168,2048 production "production:stages=6" "production:block_n=32,epilogue=staged"
+
+A name is ``production`` (the heuristics' config for the shape) with optional ``:field=value,...`` overrides of
+:class:`gemm.kernel.KernelConfig` fields. A config an override cannot apply to at a shape (multicast on a
+one-wave, non-persistent config) is a row that says why, not the end of the run. Every config is checked against
+the float64 reference (NaN-poisoned output) before it is timed. Prints a table per shape; ``--json`` writes the
+rows. (A ladder stage's config with its ideas turned off: ``python -m lessons ablate``.)
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import shlex
+
+import numpy as np
+
+from gemm.testing.problems import checked_run, device_problem, flops, gemm_bytes, random_problem, reference_rows
+from gemm.testing.records import Column, device_info, format_table, write_result
+from gemm.testing.timer import bench_kernel
+
+
+def _overrides(text: str) -> dict:
+    """ "stages=3,post_passes=('a',)" -> {"stages": 3, "post_passes": ("a",)} (commas inside brackets kept)."""
+    items, depth, current = [], 0, ""
+    for ch in text:
+        depth += 1 if ch in "([{" else -1 if ch in ")]}" else 0
+        if ch == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    changes = {}
+    for item in filter(None, items):
+        key, _, value = item.partition("=")
+        try:
+            changes[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            changes[key] = value
+    return changes
+
+
+def parse_config(text: str, m: int, n: int, k: int):
+    """A config name (module docstring) -> the KernelConfig at (M, N, K); ValueError when it cannot apply there."""
+    from gemm.heuristics import choose_config
+    from gemm.kernel.config import max_stages
+    base, _, overrides = text.partition(":")
+    if base != "production":
+        raise ValueError(f"unknown config {base!r}: a name is production[:field=value,...] "
+                         "(a ladder stage's config: python -m lessons ablate)")
+    config = choose_config(m, n, k)
+    changes = _overrides(overrides)
+    changed = config.replace(**changes)
+    if "stages" not in changes:  # a wider tile may not fit the old stage count
+        changed = changed.replace(stages=min(config.stages, max_stages(changed, n, k)))
+    return changed
+
+
+def time_configs(m: int, n: int, k: int, configs: dict, rng=None) -> list[dict]:
+    """Check (NaN-poisoned, float64 reference) then time each named KernelConfig on one problem: the
+    ablation tables and heuristic checks (``python -m gemm bench configs``; ``python -m lessons ablate`` for a stage's)."""
+    from gemm.api import gemm
+    rng = rng or np.random.default_rng()
+    host = random_problem(m, n, k, rng)
+    reference = reference_rows(*host, rng)
+    problem = device_problem(*host)
+    rows = []
+    for name, config in configs.items():
+        def run(a, sa, b, sb, d, stream=None, config=config):
+            gemm(a, sa, b, sb, d, stream, config=config)
+        check = checked_run(run, problem, reference)
+        timing = bench_kernel(lambda stream: run(problem.a, problem.sa, problem.b, problem.sb, problem.d, stream))
+        rows.append({"name": name, "config": config.describe(), "time_us": timing.median_us,
+                     "tflops": timing.tflops(flops(m, n, k)), "gbps": timing.gbps(gemm_bytes(m, n, k)),
+                     "diff": check["diff"], "status": "ok" if check["correct"] else "WRONG"})
+    return rows
+
+
+CONFIG_COLUMNS = [Column("name", "config name", align="left"), Column("config", "config", align="left"),
+                  Column("time_us", "time (us)", "{:.1f}"), Column("tflops", "TFLOP/s", "{:.0f}"),
+                  Column("gbps", "GB/s", "{:.0f}"), Column("diff", "diff", "{:.1e}"),
+                  Column("status", "status", align="left")]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("shapes", help='"M,N,K;M,N,K;..." or "bench" (the 18 DeepSeek shapes + 8192^3)')
+    parser.add_argument("configs", nargs="+", help='production[:field=value,...], e.g. "production:multicast=2"')
+    parser.add_argument("--json", default=None, help="write the rows here")
+
+
+def run(args) -> int:
+    from gemm.testing.bench_dense import parse_shapes
+    rows = []
+    for m, n, k in parse_shapes(args.shapes):
+        configs, skipped = {}, []
+        for name in args.configs:
+            try:
+                configs[name] = parse_config(name, m, n, k)
+            except (ValueError, TypeError) as error:  # e.g. multicast on a one-wave config: say why, go on
+                skipped.append({"name": name, "config": "-", "status": f"n/a: {error}"})
+        shape_rows = time_configs(m, n, k, configs) + skipped
+        timed = [r for r in shape_rows if "time_us" in r]
+        for row in shape_rows:
+            row.update(m=m, n=n, k=k)
+            if timed and "time_us" in row:
+                row["vs_first"] = timed[0]["time_us"] / row["time_us"]
+        print(f"M={m} N={n} K={k}")
+        print(format_table(CONFIG_COLUMNS, shape_rows), flush=True)
+        rows += shape_rows
+    if args.json:
+        command = shlex.join(["python", "-m", "gemm", "bench", "configs", args.shapes, *args.configs])
+        write_result(args.json, command=command, rows=rows, device=device_info(), configs=args.configs,
+                     timing="CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only; median of 5")
+    return 0 if all(r["status"] == "ok" or r["status"].startswith("n/a") for r in rows) else 1
+
+
+__all__ = ["parse_config", "time_configs", "CONFIG_COLUMNS", "run"]

@@ -1,0 +1,152 @@
+"""``python -m gemm bench grouped``: the MoE m-grouped GEMMs (contiguous and masked) on DeepGEMM's grouped shapes.
+
+Each is checked (NaN-poisoned out, sampled rows per group against float64) and timed with the one timer; the
+contiguous ones also beside our dense ``fp8_gemm_nt`` at the same total M. Writes ``results/grouped_bench.json``,
+with the host time of one grouped call without a graph.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from gemm.fp8 import calc_diff, ceil_div
+from gemm.testing.bench_dense import measure_shape
+from gemm.testing.problems import DIFF_LIMIT, flops, grouped_inputs, poison_torch, reference_gemm
+from gemm.testing.records import Column, command_line, device_info, format_table, write_result
+from gemm.testing.timer import bench_kernel
+
+
+# DeepGEMM's grouped test shapes: (groups, M per group, N, K); masked with every row in use (masked_m = M).
+CONTIGUOUS_SHAPES = [(4, 8192, 4096, 7168), (4, 8192, 7168, 2048), (8, 4096, 4096, 7168), (8, 4096, 7168, 2048)]
+MASKED_SHAPES = [(1, 1024, 4096, 7168), (1, 1024, 7168, 2048), (2, 512, 4096, 7168), (2, 512, 7168, 2048),
+                 (4, 256, 4096, 7168), (4, 256, 7168, 2048)]
+# DeepGEMM 4499c4c's grouped GEMMs measured on this H100 model with the same timer (CUDA-graph replay of
+# (L2 flush; call) minus the flushes), TFLOP/s: ../shared/reference/peer-baselines-h100.md, 2026-11-22.
+DEEPGEMM_GROUPED_TFLOPS = {
+    ("contiguous", 4, 8192, 4096, 7168): 1038, ("contiguous", 4, 8192, 7168, 2048): 1066,
+    ("contiguous", 8, 4096, 4096, 7168): 993, ("contiguous", 8, 4096, 7168, 2048): 1008,
+    ("masked", 1, 1024, 4096, 7168): 1281, ("masked", 1, 1024, 7168, 2048): 917,
+    ("masked", 2, 512, 4096, 7168): 1220, ("masked", 2, 512, 7168, 2048): 876,
+    ("masked", 4, 256, 4096, 7168): 1037, ("masked", 4, 256, 7168, 2048): 820,
+}
+GROUPED_COLUMNS = [
+    Column("layout", "layout", align="left"), Column("groups", "G"), Column("m_per_group", "M/group"),
+    Column("n", "N"), Column("k", "K"), Column("config", "config", align="left"),
+    Column("ours_us", "ours us", "{:.1f}"), Column("ours_tflops", "ours TFLOP/s", "{:.0f}"),
+    Column("ours_gbps", "ours GB/s", "{:.0f}"), Column("deepgemm_tflops", "DeepGEMM TFLOP/s*", "{:.0f}"),
+    Column("vs_deepgemm", "ours / DeepGEMM", "{:.2f}x"), Column("dense_tflops", "dense same M TFLOP/s", "{:.0f}"),
+    Column("vs_dense", "vs dense", "{:.2f}x"), Column("diff", "diff", "{:.1e}"), Column("status", "status", align="left"),
+]
+GROUPED_NOTE = ("* DeepGEMM 4499c4c on this H100 model with the same timer "
+                "(../shared/reference/peer-baselines-h100.md, 2026-11-22; masked with masked_m = M per group); "
+                "ratios across runs carry the run-to-run spread (0.98-1.05 there)")
+GROUPED_REFERENCE_ROWS = 64  # rows per group checked against float64 (every row is checked for being written)
+
+
+def grouped_bytes(rows: int, n: int, k: int, groups: int) -> int:
+    """Bytes of A and its scales (the rows in use), every group's B and scales, and D (BF16), each moved once."""
+    kb = ceil_div(k, 128)
+    return rows * (k + 4 * kb + 2 * n) + groups * (n * k + 4 * ceil_div(n, 128) * kb)
+
+
+def measure_grouped(layout: str, groups: int, m: int, n: int, k: int, rng, timer=None) -> dict:
+    """One row: the grouped GEMM checked (NaN-poisoned out, sampled rows per group vs float64) and timed."""
+    import torch
+    from gemm.grouped import m_grouped_fp8_gemm_nt_contiguous, m_grouped_fp8_gemm_nt_masked
+    from gemm.heuristics import choose_grouped_config
+    timer = timer or bench_kernel
+    row = {"layout": layout, "groups": groups, "m_per_group": m, "n": n, "k": k}
+    try:
+        a, sa, b, sb = grouped_inputs(layout, groups, m, n, k)
+        if layout == "contiguous":
+            out = torch.empty((groups * m, n), dtype=torch.bfloat16, device="cuda")
+            layout_array = torch.arange(groups, dtype=torch.int32, device="cuda").repeat_interleave(m)
+            config = choose_grouped_config(layout, groups * m, n, k, groups)
+
+            def launch(stream):
+                m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, sb), out, layout_array, stream=stream)
+        else:
+            out = torch.empty((groups, m, n), dtype=torch.bfloat16, device="cuda")
+            layout_array = torch.full((groups,), m, dtype=torch.int32, device="cuda")
+            config = choose_grouped_config(layout, m, n, k, groups)
+
+            def launch(stream):
+                m_grouped_fp8_gemm_nt_masked((a, sa), (b, sb), out, layout_array, m, stream=stream)
+        row["config"] = f"{config.block_m}x{config.block_n}, {config.stages} stages"
+        poison_torch(out)
+        launch(None)
+        torch.cuda.synchronize()
+        got = out.view(groups, m, n)
+        unwritten = int(torch.isnan(got).sum().item())
+        a3, sa3 = a.view(groups, m, k), sa.reshape(groups, m, -1)
+        host = lambda t: t.cpu().numpy()  # noqa: E731
+        diffs = []
+        for g in range(groups):
+            index = torch.from_numpy(np.sort(rng.choice(m, size=min(m, GROUPED_REFERENCE_ROWS), replace=False)))
+            index = index.cuda()
+            want = reference_gemm(host(a3[g].index_select(0, index).view(torch.uint8)),
+                                  host(sa3[g].index_select(0, index)), host(b[g].view(torch.uint8)), host(sb[g]))
+            diffs.append(calc_diff(host(got[g].index_select(0, index).float()), want))
+        diff = max(diffs)
+        timing = timer(launch)
+        flop_count = flops(groups * m, n, k)
+        row.update(ours_us=timing.median_us, ours_min_us=timing.min_us, pairs=timing.pairs,
+                   ours_tflops=timing.tflops(flop_count),
+                   ours_gbps=timing.gbps(grouped_bytes(groups * m, n, k, groups)),
+                   diff=diff, unwritten=unwritten,
+                   status="ok" if unwritten == 0 and diff < DIFF_LIMIT else "WRONG")
+    except Exception as error:  # one shape's failure is a row, not the end of the run
+        row.update(status="failed", error=f"{type(error).__name__}: {error}")
+    known = DEEPGEMM_GROUPED_TFLOPS.get((layout, groups, m, n, k))
+    if known:
+        row["deepgemm_tflops"] = known
+        if row.get("ours_tflops"):
+            row["vs_deepgemm"] = row["ours_tflops"] / known
+    return row
+
+
+def grouped_bench(out: Path | None = Path("results"), rng=None) -> list[dict]:
+    """Check and time both grouped layouts on DeepGEMM's grouped shapes (:data:`CONTIGUOUS_SHAPES`,
+    :data:`MASKED_SHAPES`); print the table and write grouped_bench.json into ``out`` (None: write nothing)."""
+    import torch
+    from tqdm import tqdm
+    rng = rng or np.random.default_rng()
+    shapes = [("contiguous", *s) for s in CONTIGUOUS_SHAPES] + [("masked", *s) for s in MASKED_SHAPES]
+    rows = []
+    for layout, groups, m, n, k in tqdm(shapes, desc="grouped bench", unit="shape"):
+        rows.append(measure_grouped(layout, groups, m, n, k, rng))
+        if layout == "contiguous":  # the bar: our own dense fp8_gemm_nt at the same total M
+            dense = measure_shape(groups * m, n, k, rng, with_peer=False)
+            rows[-1].update(dense_tflops=dense.get("ours_tflops"))
+            if rows[-1].get("ours_tflops") and dense.get("ours_tflops"):
+                rows[-1]["vs_dense"] = rows[-1]["ours_tflops"] / dense["ours_tflops"]
+        tqdm.write(f"{layout} G={groups} M={m} N={n} K={k}: {rows[-1].get('ours_tflops', float('nan')):.0f} TFLOP/s "
+                   f"{rows[-1]['status']}")
+        torch.cuda.empty_cache()
+    print(format_table(GROUPED_COLUMNS, rows))
+    print(GROUPED_NOTE)
+    for row in rows:
+        if "error" in row:
+            print(f"{row['layout']} G={row['groups']} M={row['m_per_group']} N={row['n']} K={row['k']}: {row['error']}")
+    if out is not None:
+        path = Path(out) / "grouped_bench.json"
+        write_result(path, command=command_line("gemm bench grouped"), rows=rows, device=device_info(),
+                     reference_note=GROUPED_NOTE,
+                     timing="CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only; median of 5; "
+                            "FLOPs and bytes count every row (masked_m = M per group)")
+        print(f"wrote {path}")
+    return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("results"), help="folder for grouped_bench.json")
+
+
+def run(args) -> int:
+    rows = grouped_bench(args.out)
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+__all__ = ["CONTIGUOUS_SHAPES", "MASKED_SHAPES", "measure_grouped", "grouped_bench", "grouped_bytes", "run"]

@@ -1,0 +1,102 @@
+"""``python -m gemm sanitize``: compute-sanitizer's memcheck, racecheck and synccheck on production kernels (GPU).
+
+    python -m gemm sanitize                                   # the default jobs: ragged shapes, both epilogues
+    python -m gemm sanitize 1000,2112,512 "520,2112,1024@block_m=256,block_n=128,stages=2,d_buffer=(128,64)"
+    python -m gemm sanitize --tools memcheck "300,2112,512@out_dtype='f32',accumulate=True"
+
+A job is ``M,N,K`` (the heuristics' config) or ``M,N,K@field=value,...`` (that config with overrides, as
+``python -m gemm bench configs`` takes them). Each job runs once under each tool in a child process
+(``python -m gemm.testing.sanitize --once ...``, also the target for ncu), which checks its output (NaN-poisoned D,
+every element written, calc_diff against float64). Exit 0 only when every run is clean and correct; a missing
+compute-sanitizer or GPU is a message and exit 2, never a silent pass.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+DEFAULT_JOBS = ("2048,2048,512", "1000,2112,512", "4096,4096,512", "1000,2112,512@epilogue='staged'",
+                "300,2112,512@out_dtype='f32',accumulate=True")
+TOOLS = ("memcheck", "racecheck", "synccheck")
+
+
+def parse_job(text: str) -> tuple[tuple[int, int, int], str]:
+    shape, _, overrides = text.partition("@")
+    try:
+        m, n, k = (int(v) for v in shape.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"job {text!r}: expected M,N,K or M,N,K@field=value,...") from None
+    return (m, n, k), overrides
+
+
+def run_once(m: int, n: int, k: int, overrides: str = "") -> int:
+    """One production call on fresh inputs, checked: what each sanitizer run (and ncu) executes."""
+    from numba import cuda
+
+    from gemm.api import gemm
+    from gemm.dispatch import run_dense
+    from gemm.fp8 import bf16_to_float, calc_diff
+    from gemm.testing.bench_configs import parse_config
+    from gemm.testing.problems import BF16_NAN_BITS, device_problem, random_problem, reference_gemm
+    a, sa, b, sb = random_problem(m, n, k)
+    problem = device_problem(a, sa, b, sb)
+    config = parse_config(f"production:{overrides}", m, n, k)
+    print(f"{m}x{n}x{k}: {config.describe()}")
+    rows = slice(0, min(m, 256))
+    want = reference_gemm(a[rows], sa[rows], b, sb)
+    if config.out_dtype == "f32":  # FP32 D (accumulate: D = 0 + A*B)
+        d = cuda.to_device(np.full((m, n), 0.0 if config.accumulate else np.nan, np.float32))
+        run_dense(problem.a, problem.sa, problem.b, problem.sb, d, d if config.accumulate else None, config=config)
+        cuda.synchronize()
+        got = d.copy_to_host()
+    else:
+        problem.d.copy_to_device(np.full((m, n), BF16_NAN_BITS, np.uint16))
+        gemm(problem.a, problem.sa, problem.b, problem.sb, problem.d, config=config)
+        cuda.synchronize()
+        got = bf16_to_float(problem.d.copy_to_host())
+    written = not np.isnan(got).any()
+    diff = calc_diff(got[rows], want)
+    print(f"{m}x{n}x{k}: diff {diff:.2e}, all written: {written}")
+    return 0 if written and diff < 1e-3 else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("jobs", nargs="*", type=parse_job, help="M,N,K or M,N,K@field=value,... (default: %s)"
+                        % " ".join(DEFAULT_JOBS))
+    parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated (default %(default)s)")
+
+
+def run(args) -> int:
+    from ptx.device import is_hopper
+    sanitizer = shutil.which("compute-sanitizer") or shutil.which("compute-sanitizer", path="/usr/local/cuda/bin")
+    if sanitizer is None:
+        print("gemm sanitize needs compute-sanitizer (CUDA toolkit): none on PATH or in /usr/local/cuda/bin",
+              file=sys.stderr)
+        return 2
+    if not is_hopper():
+        print("gemm sanitize runs the sm_90a kernels: it needs a Hopper GPU (none found)", file=sys.stderr)
+        return 2
+    jobs = args.jobs or [parse_job(job) for job in DEFAULT_JOBS]
+    failures = 0
+    for (m, n, k), overrides in jobs:
+        for tool in args.tools.split(","):
+            command = [sanitizer, "--tool", tool, "--error-exitcode", "1", sys.executable, "-m",
+                       "gemm.testing.sanitize", "--once", str(m), str(n), str(k), overrides]
+            done = subprocess.run(command, capture_output=True, text=True)
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-4:])
+            print(f"--- {tool} {m}x{n}x{k} {overrides}\n{tail}\nrc={done.returncode}", flush=True)
+            failures += done.returncode != 0
+    print(f"{failures} of {len(jobs) * len(args.tools.split(','))} runs failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--once"]:
+        sys.exit(run_once(*(int(v) for v in sys.argv[2:5]), *sys.argv[5:6]))
+    parser = argparse.ArgumentParser(prog="python -m gemm.testing.sanitize")
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))
