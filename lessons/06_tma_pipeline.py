@@ -271,7 +271,7 @@ def _kernel(m: int, n: int, k: int):
 
 
 def tensor_map_specs(plan: Plan, sa_stride: int) -> dict[str, dict]:
-    """What each tensor map describes: keyword arguments of ptx.tma.tensor_map_2d (minus the pointer)."""
+    """What each tensor map describes: keyword arguments of ptx.tensor_maps.tensor_map_2d (minus the pointer)."""
     m, n, k = plan.m, plan.n, plan.k
     return {
         "tmap_a": dict(dtype=np.uint8, shape=(m, k), row_stride_bytes=k, box=(plan.block_m, BLOCK_K), swizzle=128),
@@ -285,7 +285,7 @@ def tensor_map_specs(plan: Plan, sa_stride: int) -> dict[str, dict]:
 @functools.lru_cache(maxsize=256)
 def _tensor_maps(a_ptr: int, b_ptr: int, sa_ptr: int, m: int, n: int, k: int, sa_stride: int):
     """The three tensor maps of one call (host-side encoding only; cached per pointers and shape)."""
-    from ptx.tma import tensor_map_2d
+    from ptx.tensor_maps import tensor_map_2d
     specs = tensor_map_specs(Plan(m, n, k), sa_stride)
     return tuple(tensor_map_2d(ptr, **specs[name])
                  for name, ptr in (("tmap_a", a_ptr), ("tmap_b", b_ptr), ("tmap_sa", sa_ptr)))

@@ -691,7 +691,7 @@ def _preload(exercise, mode: str) -> None:
     import importlib
     import lessons
     for name in ("gemm.emulated", "gemm.harness", "gemm.testing", "gemm.bench", "gemm.kernel.launch", "ptx.sass",
-                 "ptx.compile", "ptx.passes", "ptx.emulate", "ptx.runtime", "ptx.tma", "lessons.ladder",
+                 "ptx.compile", "ptx.passes", "ptx.emulate", "ptx.runtime", "ptx.tensor_maps", "lessons.ladder",
                  "lessons.exercises.holed", "lessons.grading.traced", "lessons.numba_fp8"):
         try:
             importlib.import_module(name)

@@ -27,7 +27,7 @@ from ptx import device as devices
 from ptx.compile import Cubin
 from ptx.device import (activated, check_stream_device, current_device, ensure_context,  # noqa: F401 (re-exported)
                         stream_handle)
-from ptx.tma import TENSOR_MAP_BYTES, TensorMap
+from ptx.tensor_maps import TENSOR_MAP_BYTES, TensorMap
 
 DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic smem above this needs the kernel attribute raised first
 

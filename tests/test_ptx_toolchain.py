@@ -213,7 +213,7 @@ def test_patch_rejects_bad_targets(scale_cubin):
 
 
 # -- TMA argument checks (no GPU: they fail before the driver is called) ----------------------------
-from ptx.tma import TensorMap, tensor_map_2d, validate_2d  # noqa: E402
+from ptx.tensor_maps import TensorMap, tensor_map_2d, validate_2d  # noqa: E402
 
 GOOD = dict(ptr=0x7F0000000000, dtype=np.uint8, shape=(256, 512), row_stride_bytes=512, box=(64, 128), swizzle=128)
 
@@ -253,7 +253,7 @@ def test_tensor_map_is_128_bytes():
 
 # -- kernel arguments (packed on the CPU; launched on the GPU) ---------------------------------------
 def test_runtime_imports_without_a_gpu():
-    result = subprocess.run([sys.executable, "-c", "import ptx.runtime, ptx.tma, ptx.sass, ptx.compile"],
+    result = subprocess.run([sys.executable, "-c", "import ptx.runtime, ptx.tensor_maps, ptx.sass, ptx.compile"],
                             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -312,7 +312,7 @@ def _driver_library_present() -> bool:
 def test_driver_calls_accept_our_argument_types(scale_cubin):
     from cuda.bindings import driver
     from ptx.runtime import launch_config, pack_args, parse_params
-    from ptx.tma import _data_type, _encode
+    from ptx.tensor_maps import _data_type, _encode
     config = launch_config((4, 2), (128, 1), shared_bytes=200 * 1024, cluster=(2, 1), stream=5)
     assert (config.gridDimX, config.gridDimY, config.blockDimX, config.sharedMemBytes) == (4, 2, 128, 200 * 1024)
     assert config.numAttrs == 1 and config.attrs[0].value.clusterDim.x == 2
@@ -351,7 +351,7 @@ def test_argument_packer_writes_what_pack_args_writes():
     import ctypes
 
     from ptx.runtime import ArgumentPacker, pack_args
-    from ptx.tma import TensorMap
+    from ptx.tensor_maps import TensorMap
     params = [("b8", 128), ("b8", 128), ("u64", 0), ("u32", 0), ("f32", 0)]
     packer = ArgumentPacker(params)
     for seed in range(3):

@@ -56,7 +56,7 @@ def test_k_must_be_a_multiple_of_128():
 
 
 def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
-    import ptx.tma
+    import ptx.tensor_maps
     from ptx.runtime import parse_params
     m, n, k = 100, 2112, 512
     a, sa, b, sb = random_problem(m, n, k, rng)  # sa: M-major view of (Kb, align(M, 4)) storage
@@ -65,10 +65,10 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
 
     def fake_tensor_map_2d(ptr, dtype, shape, row_stride_bytes, box, swizzle=128):
         encoded.append((ptr, np.dtype(dtype), shape, row_stride_bytes, box, swizzle))
-        return ptx.tma.TensorMap(bytes(128), np.dtype(dtype), shape, box, swizzle)
+        return ptx.tensor_maps.TensorMap(bytes(128), np.dtype(dtype), shape, box, swizzle)
 
     monkeypatch.setattr(stage, "_kernel", lambda *shape: (kernel, plan))
-    monkeypatch.setattr(ptx.tma, "tensor_map_2d", fake_tensor_map_2d)
+    monkeypatch.setattr(ptx.tensor_maps, "tensor_map_2d", fake_tensor_map_2d)
     stage._tensor_maps.cache_clear()
     stage.gemm(*map(on_fake_device, (a, sa, b, sb, d)))
     stage._tensor_maps.cache_clear()
@@ -81,7 +81,7 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
     ]
     assert call["grid"] == plan.grid and call["block"] == plan.threads and call["shared_bytes"] == plan.shared_bytes
     assert call["args"][3:] == [pointer(sb), pointer(d)]
-    assert all(isinstance(x, ptx.tma.TensorMap) for x in call["args"][:3])
+    assert all(isinstance(x, ptx.tensor_maps.TensorMap) for x in call["args"][:3])
     assert parse_params(stage.generate(m, n, k), stage.KERNEL) == [("b8", 128)] * 3 + [("u64", 0)] * 2
 
 

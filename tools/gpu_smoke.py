@@ -278,7 +278,7 @@ def item_cluster():
 
 
 def _tensor_map_boxes(box_rows: int, box_cols: int, swizzle: int, ptx_text: str) -> str:
-    from ptx.tma import tensor_map_2d
+    from ptx.tensor_maps import tensor_map_2d
     rows, cols = 48, 256  # a box at row 40 runs past the last row: TMA must fill zeros
     host = np.random.default_rng().integers(0, 256, (rows, cols), dtype=np.uint8)
     source = DeviceBuffer.from_host(host)

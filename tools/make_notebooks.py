@@ -594,7 +594,7 @@ INTRO_06 = """\
 
 **The one idea:** stop spending threads on loads. The Tensor Memory Accelerator copies a whole tile with
 one instruction, `cp.async.bulk.tensor.2d`, described by a 128-byte tensor map built on the host
-(`ptx.tma.tensor_map_2d`); the tile lands in shared memory already in the 128-byte-swizzled layout wgmma
+(`ptx.tensor_maps.tensor_map_2d`); the tile lands in shared memory already in the 128-byte-swizzled layout wgmma
 reads, rows past M or N zero-filled, and the copy reports completion to an `mbarrier` by counting bytes. A
 ring of S stages, each guarded by a *full* barrier (the producer arrives with `expect_tx` = the stage's byte
 count; the TMA engine completes the transaction) and an *empty* barrier (each math warp arrives when its

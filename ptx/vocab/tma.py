@@ -1,7 +1,7 @@
 """TMA and mbarrier idioms (sm_90): bulk tensor copies into shared memory, guarded by transaction barriers.
 
 A TMA copy (``cp.async.bulk.tensor``) moves a whole box of a tensor, described by a 128-byte tensor map
-(:func:`ptx.tma.tensor_map_2d` builds it on the host), from global into shared memory; one thread issues
+(:func:`ptx.tensor_maps.tensor_map_2d` builds it on the host), from global into shared memory; one thread issues
 it and the copy engine does the rest, zero-filling what lies outside the tensor. Completion is reported to
 an ``mbarrier`` in shared memory as a *transaction count*: the producer says how many bytes to expect
 (``mbarrier.arrive.expect_tx``), each finished copy subtracts its bytes, and the barrier's phase completes
