@@ -809,12 +809,12 @@ A schematic of S = 4 stages over 10 K blocks (durations are made up; the order a
 The producer may load K block i into stage i mod 4 once the math warpgroups released K block i − 4 from it;
 it polls the stage's *empty* barrier with parity `producer_wait_parity(i, S)`, which starts at 1 (a fresh
 barrier counts as having completed the phase before phase 0). The math warpgroups poll *full* with the
-parity of `pipeline_slot(i, S)`, which flips each time the ring wraps. Both come from `ptx.vocab.tma`, the
+parity of `pipeline_slot(i, S)`, which flips each time the ring wraps. Both come from `ptx.vocab.barriers`, the
 same functions whose PTX the generator emits. Note the release *before* the promotion: the next copy
 into the stage starts while the FFMAs run."""),
     code('''\
 import matplotlib.pyplot as plt
-from ptx.vocab.tma import pipeline_slot, producer_wait_parity
+from ptx.vocab.barriers import pipeline_slot, producer_wait_parity
 
 S, K_BLOCKS = 4, 10
 COPY, MMA, PROMOTE, ISSUE = 3.0, 1.0, 0.6, 0.2  # schematic durations (arbitrary units)
