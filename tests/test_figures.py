@@ -255,7 +255,7 @@ def test_stage05_ptx_builds_the_drawn_descriptors(monkeypatch):
 
 
 def test_sw128_atom_is_a_permutation_matching_the_address_xor():
-    from ptx.emulate import tma as emulated_tma
+    from ptx.emulate import bulk_copies as emulated_tma
     layout = figures.sw128_layout()
     assert all(sorted(row) == list(range(8)) for row in layout)
     assert all(sorted(col) == list(range(8)) for col in layout.T)  # a chunk's 8 rows: 8 different bank groups
@@ -268,7 +268,7 @@ def test_sw128_atom_is_a_permutation_matching_the_address_xor():
 
 @pytest.mark.parametrize("n", [8, 64, 128, 256])
 def test_accumulator_map_covers_the_tile_and_matches_the_emulator(n):
-    from ptx.emulate.warpgroup import _accumulator_layout
+    from ptx.emulate.async_proxy import _accumulator_layout
     data = figures.accumulator_map(n)
     assert (data["count"] == 1).all()
     rows, cols = _accumulator_layout(n)  # the emulator's own (ISA) formula, per thread and register

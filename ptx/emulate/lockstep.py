@@ -258,7 +258,7 @@ class CTA:
     def note_generic_write(self, offsets: np.ndarray, threads: np.ndarray, line: int):
         """Shared bytes ``offsets`` (one row per thread of ``threads``) were written through the generic proxy
         (st.shared, cp.async, stmatrix). In lockstep nothing reads shared memory through the async proxy, so
-        nothing is kept; ptx.emulate.warpgroup remembers the writers until their fence.proxy.async."""
+        nothing is kept; ptx.emulate.async_proxy remembers the writers until their fence.proxy.async."""
 
 
 def run_kernel(ptx: str, kernel: str, grid, threads: int, shared_bytes: int, args: dict[str, np.ndarray | int],
