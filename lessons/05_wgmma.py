@@ -19,7 +19,7 @@ changed vs stage 04:
 Loads are still issued by all 256 threads with 16-byte ``cp.async`` into a 4-stage ring (as in stage 04);
 the K-block loop is a counted PTX loop (its body — four wgmmas, 64 FFMAs, the loads — is unrolled by
 Python), so the code stays small for K = 16384. The math warpgroup body is shared with stage 06
-(:mod:`lessons.wgmma_common`).
+(:mod:`gemm.kernel.math`, which every later stage shares).
 
 Speed of light: the FP8 tensor cores, 132 SMs x 8192 flop/clk x 1.83 GHz = 1979 TFLOP/s, twice stage 04's bound.
 HBM is far: A, B and D once are 93 MB, 28 us at 3.35 TB/s, against 122 us of FP8 math at 4096 x 4096 x 7168.
@@ -56,7 +56,7 @@ import functools
 import numpy as np
 
 from gemm.fp8 import ceil_div
-from lessons.wgmma_common import BLOCK_K, K_STEPS, MathWarpgroups, staging_bytes
+from gemm.kernel.math import BLOCK_K, K_STEPS, MathWarpgroups, staging_bytes
 from ptx.builder import KernelBuilder, module
 from ptx.vocab import async_copies, barriers, core, shared_memory
 from ptx.vocab import wgmma as w
@@ -151,7 +151,7 @@ def descriptor_constant_part(options: Options = DEFAULT, descriptor_bits=w.descr
 
 
 class _Math(MathWarpgroups):
-    """The math warpgroups of :mod:`lessons.wgmma_common`, plus the two ablations that change a K block: tiles
+    """The math warpgroups of :mod:`gemm.kernel.math`, plus the two ablations that change a K block: tiles
     without the swizzle (the descriptor's layout type 0 with CORE_LBO / CORE_SBO; a k32 step is then two core
     matrices, 256 bytes, not 32) and narrower wgmmas (the B descriptor advances 128 bytes a row per part).
     With the defaults it is MathWarpgroups, unchanged."""

@@ -20,7 +20,7 @@ The simplest correct producer, chosen on purpose: thread 0 is both a math thread
 computing iteration i it refills the stage of iteration j = i + S - 2 (waiting for that stage's empty barrier,
 i.e. for every warp to have finished iteration j - S = i - 2); the one stage of slack means thread 0 almost never
 waits for the other warpgroup. The math warpgroup body (wgmma issue, promotion, coalesced BF16 epilogue) is stage
-05's, unchanged (:mod:`lessons.wgmma_common`). Stage 07 (``lessons/07_warp_specialization.py``) then gives the
+05's, unchanged (:mod:`gemm.kernel.math`). Stage 07 (``lessons/07_warp_specialization.py``) then gives the
 producer a warpgroup of its own, so the ring runs a full ``stages`` blocks ahead and no math warp issues a copy.
 
 Speed of light: stage 05's, the FP8 tensor cores at 1979 TFLOP/s. This stage takes the loads and the K-loop
@@ -36,7 +36,7 @@ import functools
 import numpy as np
 
 from gemm.fp8 import ceil_div
-from lessons.wgmma_common import BLOCK_K, MathWarpgroups, staging_bytes
+from gemm.kernel.math import BLOCK_K, MathWarpgroups, staging_bytes
 from ptx.builder import KernelBuilder, module
 from ptx.vocab import barriers, bulk_copies, core, shared_memory
 

@@ -1,7 +1,7 @@
 """Stage 04 (mma.sync).
 
 CPU: fragment-layout math vs the PTX ISA tables; the generated PTX assembled for sm_90a (no spills, the
-expected SASS opcodes); the generated PTX *run* by tests/ptx_emulator.py against the float64 reference.
+expected SASS opcodes); the generated PTX *run* by ptx.emulate.lockstep against the float64 reference.
 GPU (H100): an exact small-integer debug case, all 18 DeepSeek shapes (M=4096 ones marked slow), ragged
 shapes, and replay inside a CUDA graph."""
 import sys
@@ -15,7 +15,7 @@ from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_
 from ptx.vocab import async_copies, mma_sync, shared_memory
 
 stage = lessons.stage(4)
-sys.path.insert(0, str(Path(__file__).parent))  # tests/ptx_emulator.py, tests/tc_checks.py
+sys.path.insert(0, str(Path(__file__).parent))  # tests/tc_checks.py
 from tc_checks import (BF16_NAN, RAGGED_SHAPES, assert_exact, assert_graph_replay,  # noqa: E402
                        assert_no_unwritten, check_against_reference, mma_sync_places, run_on_gpu, sa_storage,
                        small_integer_problem)
@@ -211,8 +211,8 @@ def test_stage_contract():
 
 # ------------------------------------------------------------------------------ the PTX text, run on the CPU
 def _emulate(a, sa, b, sb):
-    """Run the generated PTX in tests/ptx_emulator.py; returns D as float32 (NaN where never written)."""
-    from ptx_emulator import run_kernel
+    """Run the generated PTX in ptx.emulate.lockstep; returns D as float32 (NaN where never written)."""
+    from ptx.emulate.lockstep import run_kernel
     m, k = a.shape
     n = b.shape[0]
     d = np.full((m, n), BF16_NAN, np.uint16)

@@ -1,5 +1,5 @@
 """Stage 05 (wgmma): assembles for sm_90a without spills and with QGMMA (CPU), runs correctly in the CPU
-emulator of tests/wgmma_emulator.py (CPU), and matches the float64 reference on an H100 (GPU): an exact
+emulator of ptx.emulate (CPU), and matches the float64 reference on an H100 (GPU): an exact
 one-block debug case first, then all 18 DeepSeek shapes and ragged shapes with NaN-poisoned outputs."""
 import sys
 from pathlib import Path
@@ -11,7 +11,7 @@ import lessons
 from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_gemm
 from ptx.vocab import wgmma as w
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/ptx_emulator.py, tests/tc_checks.py
+sys.path.insert(0, str(Path(__file__).parent))  # tests/tc_checks.py
 from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel, on_fake_device,  # noqa: E402
                        assemble, assert_clean_resources, assert_exact, assert_no_unwritten, check_against_reference,
                        run_on_gpu, sa_storage, small_integer_problem)
@@ -67,7 +67,7 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
 
 # ------------------------------------------------------------------------------ CPU: the PTX, emulated
 def emulate(module, a, sa, b, sb):
-    from wgmma_emulator import run_kernel
+    from ptx.emulate import run_kernel
     m, k = a.shape
     n = b.shape[0]
     d = np.full((m, n), BF16_NAN, np.uint16)

@@ -10,7 +10,7 @@ import pytest
 import lessons
 from gemm.fp8 import align, bf16_to_float, calc_diff, random_problem, reference_gemm
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/tc_checks.py
+sys.path.insert(0, str(Path(__file__).parent))  # tests/tc_checks.py
 from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel, on_fake_device,  # noqa: E402
                        assemble, assert_clean_resources, assert_exact, assert_graph_replay, assert_no_unwritten,
                        check_against_reference, run_on_gpu, sa_storage, small_integer_problem)
@@ -87,7 +87,7 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
 
 # ------------------------------------------------------------------------------ CPU: the PTX, emulated
 def emulate(a, sa, b, sb, blocks=None):
-    from wgmma_emulator import FakeTensorMap, run_kernel
+    from ptx.emulate import FakeTensorMap, run_kernel
     m, k = a.shape
     n = b.shape[0]
     plan = stage.Plan(m, n, k, blocks)

@@ -2,7 +2,7 @@
 pipeline bookkeeping against a model of mbarrier phases."""
 import pytest
 
-from lessons.wgmma_common import store_slots
+from gemm.kernel.math import store_slots
 from ptx.vocab import barriers, bulk_copies
 from ptx.vocab import wgmma as w
 

@@ -1,4 +1,4 @@
-"""A CPU interpreter for a PTX subset: runs a kernel's text on NumPy, no GPU (was tests/ptx_emulator.py).
+"""A CPU interpreter for a PTX subset: runs a kernel's text on NumPy, no GPU.
 
 Why: assembling a kernel proves nothing about the address arithmetic, clamps, masks, stage rotation and
 promotion in the *text*; running it does. Here all threads of a CTA run in lockstep (one NumPy vector per
