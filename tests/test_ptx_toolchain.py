@@ -1,5 +1,5 @@
 """The PTX toolchain on the CPU: nvJitLink compile + resources + caches, nvdisasm listing + patching, TMA
-argument checks, kernel-argument packing. The GPU half reuses tools/gpu_smoke.py's items, one test each."""
+argument checks, kernel-argument packing. The GPU half runs ptx.smoke's items (python -m ptx smoke), one test each."""
 import ctypes
 import json
 import os
@@ -15,6 +15,7 @@ import ptx.compile as compile_module
 from ptx.compile import PTXCompileError, compile_ptx, parse_resources
 from ptx.device import has_gpu
 from ptx.sass import disassemble, opcode_counts, patch_instruction, read_instruction
+from ptx.smoke import ITEMS as SMOKE_ITEMS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -332,14 +333,8 @@ def test_driver_calls_accept_our_argument_types(scale_cubin):
 
 
 # -- on the GPU: the smoke items, one test each ------------------------------------------------------
-def _smoke_items():
-    sys.path.insert(0, str(REPO))
-    from tools import gpu_smoke
-    return gpu_smoke.ITEMS
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("name, item", _smoke_items(), ids=[n for n, _ in _smoke_items()])
+@pytest.mark.parametrize("name, item", SMOKE_ITEMS, ids=[n for n, _ in SMOKE_ITEMS])
 def test_runtime_on_gpu(name, item):
     detail = item()
     print(f"{name}: {detail}")

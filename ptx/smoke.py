@@ -1,26 +1,24 @@
 """GPU smoke test of the PTX runtime paths, end to end: prints PASS/FAIL per item and goes on after a failure.
 
-    PYTHONPATH=. python tools/gpu_smoke.py
+    python -m ptx smoke              (each item in a process of its own; --inline: all in this one)
+
+tests/test_ptx_toolchain.py runs the same items, one test each, on a Hopper GPU.
 
 Items: compile (nvJitLink), plain launch, >48 KiB dynamic shared memory, a cluster of 2 reading its peer's
 shared memory, a TMA tensor map passed by value (2-D box load with an mbarrier, ragged edge filled with
 zeros; and a 128-byte swizzled box), pointers from Numba and torch (float8_e4m3fn, bfloat16) arrays, and a CUDA graph captured from a
 stream and replayed. Each item runs in its own process (``--inline``: all in one), so a sticky CUDA
-error cannot fail the items after it. Device memory is handled with the driver API directly so that an item
+error cannot fail the items after it. Numba and torch are optional: without them their items say SKIP. Device memory is handled with the driver API directly so that an item
 does not depend on Numba unless it tests Numba. Exit status: the number of failed items.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 import traceback
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import gemm._compat  # noqa: F401  (numba-cuda beside newer NumPy; before numba is imported)
 
 HEADER = ".version 8.5\n.target sm_90a\n.address_size 64\n"
 
@@ -308,7 +306,10 @@ def item_tensor_map_swizzled():
 
 
 def item_numba_pointers():
-    from numba import cuda
+    try:  # no kernel is compiled by Numba here, so gemm._compat's NumPy shim is not needed
+        from numba import cuda
+    except ImportError:
+        return "SKIP: numba-cuda not importable"
     host = np.random.default_rng().integers(0, 256, 1000, dtype=np.uint8)
     source, destination = cuda.to_device(host), cuda.device_array(1000, dtype=np.uint8)
     _kernel(PTX_COPY, "copy_bytes").launch(8, 128, [destination, source, np.uint32(1000)])
@@ -414,7 +415,7 @@ def main(argv: list[str]) -> int:
             failed += not run_item(index)
             continue
         try:
-            done = subprocess.run([sys.executable, __file__, "--item", str(index)], timeout=300)
+            done = subprocess.run([sys.executable, "-m", "ptx", "smoke", "--item", str(index)], timeout=300)
             if done.returncode != 0:
                 failed += 1
                 if done.returncode < 0 or done.returncode > 1:
@@ -422,9 +423,5 @@ def main(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             failed += 1
             print(f"FAIL {name}: timed out after 300 s (a hang: a wait that never completes?)", flush=True)
-    print(f"gpu_smoke: {len(ITEMS) - failed}/{len(ITEMS)} items passed", flush=True)
+    print(f"ptx smoke: {len(ITEMS) - failed}/{len(ITEMS)} items passed", flush=True)
     return failed
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
