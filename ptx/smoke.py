@@ -13,12 +13,18 @@ does not depend on Numba unless it tests Numba. Exit status: the number of faile
 """
 from __future__ import annotations
 
+import importlib.metadata as metadata
 import subprocess
 import sys
 import time
 import traceback
 
 import numpy as np
+from cuda.bindings import driver
+
+from ptx.compile import compile_ptx
+from ptx.runtime import ensure_context, load_kernel
+from ptx.tensor_maps import tensor_map_2d
 
 HEADER = ".version 8.5\n.target sm_90a\n.address_size 64\n"
 
@@ -167,7 +173,6 @@ PTX_INCREMENT = HEADER + """
 
 # -- device memory through the driver (independent of Numba) -----------------------------------------
 def _ok(result, what):
-    from cuda.bindings import driver
     err, *rest = result
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"{what}: {err.name}")
@@ -176,22 +181,18 @@ def _ok(result, what):
 
 class DeviceBuffer:
     def __init__(self, nbytes: int):
-        from cuda.bindings import driver
-        from ptx.runtime import ensure_context
         ensure_context()
         self.nbytes = nbytes
         self.ptr = int(_ok(driver.cuMemAlloc(nbytes), "cuMemAlloc"))
 
     @classmethod
     def from_host(cls, host: np.ndarray) -> "DeviceBuffer":
-        from cuda.bindings import driver
         host = np.ascontiguousarray(host)
         buffer = cls(host.nbytes)
         _ok(driver.cuMemcpyHtoD(buffer.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
         return buffer
 
     def to_host(self, dtype, shape) -> np.ndarray:
-        from cuda.bindings import driver
         host = np.empty(shape, dtype=dtype)
         assert host.nbytes <= self.nbytes
         _ok(driver.cuCtxSynchronize(), "cuCtxSynchronize")
@@ -199,20 +200,16 @@ class DeviceBuffer:
         return host
 
     def fill(self, byte: int):
-        from cuda.bindings import driver
         _ok(driver.cuMemsetD8(self.ptr, byte, self.nbytes), "cuMemsetD8")
 
     def __del__(self):
         try:
-            from cuda.bindings import driver
             driver.cuMemFree(self.ptr)
         except Exception:
             pass
 
 
 def _kernel(ptx_text: str, name: str):
-    from ptx.compile import compile_ptx
-    from ptx.runtime import load_kernel
     return load_kernel(compile_ptx(ptx_text), name)
 
 
@@ -225,10 +222,7 @@ def _expect_equal(got, want, what):
 
 # -- the items ---------------------------------------------------------------------------------------
 def item_environment():
-    import importlib.metadata as metadata
-    from cuda.bindings import driver
-    from cuda.core import Device
-    from ptx.runtime import ensure_context
+    from cuda.core import Device  # optional beside cuda.bindings: only this item needs it
     device = Device(ensure_context())
     versions = {p: metadata.version(p) for p in ("cuda-core", "cuda-bindings", "nvidia-nvjitlink", "numba-cuda")}
     driver_version = _ok(driver.cuDriverGetVersion(), "cuDriverGetVersion")
@@ -236,7 +230,6 @@ def item_environment():
 
 
 def item_compile():
-    from ptx.compile import compile_ptx
     cubins = [compile_ptx(p) for p in (PTX_FILL, PTX_BIG_SMEM, PTX_CLUSTER, PTX_TMA,
                                           PTX_TMA_SWIZZLED, PTX_COPY, PTX_INCREMENT)]
     return "; ".join(f"{name}: {res.registers} regs, {res.spills} spill bytes"
@@ -276,7 +269,6 @@ def item_cluster():
 
 
 def _tensor_map_boxes(box_rows: int, box_cols: int, swizzle: int, ptx_text: str) -> str:
-    from ptx.tensor_maps import tensor_map_2d
     rows, cols = 48, 256  # a box at row 40 runs past the last row: TMA must fill zeros
     host = np.random.default_rng().integers(0, 256, (rows, cols), dtype=np.uint8)
     source = DeviceBuffer.from_host(host)
@@ -341,8 +333,6 @@ def item_torch_pointers():
 
 
 def item_cuda_graph():
-    from cuda.bindings import driver
-    from ptx.runtime import ensure_context
     ensure_context()
     data = DeviceBuffer(512 * 4)
     data.fill(0)
