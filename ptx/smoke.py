@@ -22,14 +22,17 @@ import traceback
 import numpy as np
 from cuda.bindings import driver
 
+from ptx.builder import PtxModule
 from ptx.compile import compile_ptx
 from ptx.runtime import ensure_context, load_kernel
 from ptx.tensor_maps import tensor_map_2d
 
 HEADER = ".version 8.5\n.target sm_90a\n.address_size 64\n"
+# Written by hand, so each module states its kernels' parameters (what ptx.builder.module records by itself).
+U32, U64, TENSOR_MAP = ("u32", 0), ("u64", 0), ("b8", 128)
 
 # out[tid] = tid * 3 + value: the simplest launch.
-PTX_FILL = HEADER + """
+PTX_FILL = PtxModule(HEADER + """
 .visible .entry fill(.param .u64 out, .param .u32 value)
 {
     .reg .b32 %r<6>; .reg .b64 %rd<4>;
@@ -41,10 +44,10 @@ PTX_FILL = HEADER + """
     st.global.u32 [%rd1], %r3;
     ret;
 }
-"""
+""", {"fill": [U64, U32]})
 
 # Each thread writes tid+1 into dynamic smem at byte offset `base + 4*tid`, then reads its neighbour's.
-PTX_BIG_SMEM = HEADER + """
+PTX_BIG_SMEM = PtxModule(HEADER + """
 .extern .shared .align 16 .b8 dynamic_smem[];
 .visible .entry big_smem(.param .u64 out, .param .u32 base)
 {
@@ -62,11 +65,11 @@ PTX_BIG_SMEM = HEADER + """
     st.global.u32 [%rd1], %r6;
     ret;
 }
-"""
+""", {"big_smem": [U64, U32]})
 
 # Cluster of 2: each CTA stores (rank+1)*100 in its smem, then reads the other CTA's value over DSMEM.
 # out[block] = (my rank, cluster size, peer's value).
-PTX_CLUSTER = HEADER + """
+PTX_CLUSTER = PtxModule(HEADER + """
 .visible .entry cluster_peer(.param .u64 out)
 {
     .reg .b32 %r<10>; .reg .b64 %rd<4>; .reg .pred %p<2>;
@@ -88,13 +91,13 @@ PTX_CLUSTER = HEADER + """
     barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;
     ret;
 }
-"""
+""", {"cluster_peer": [U64]})
 
 # One TMA 2-D box (box_rows x box_cols bytes) at (row, col) into smem, then 128 threads copy smem to out as is
 # (swizzled or not). The tile is 1024-byte aligned: the 128-byte swizzle pattern repeats every 8 rows of 128 B.
-def tma_box_ptx(box_rows: int, box_cols: int) -> str:
+def tma_box_ptx(box_rows: int, box_cols: int) -> PtxModule:
     nbytes = box_rows * box_cols
-    return HEADER + f"""
+    return PtxModule(HEADER + f"""
 .visible .entry tma_box(.param .align 64 .b8 tmap[128], .param .u64 out, .param .u32 row, .param .u32 col)
 {{
     .reg .b32 %r<12>; .reg .b64 %rd<6>; .reg .pred %p<3>;
@@ -125,7 +128,7 @@ $copy:
 $done:
     ret;
 }}
-"""
+""", {"tma_box": [TENSOR_MAP, U64, U32, U32]})
 
 
 def unswizzle_128b(tile: np.ndarray) -> np.ndarray:
@@ -141,7 +144,7 @@ PTX_TMA_SWIZZLED = tma_box_ptx(16, 128)
 
 
 # out[i] = in[i] for i < count bytes, one byte per thread: dtype-agnostic pointer test.
-PTX_COPY = HEADER + """
+PTX_COPY = PtxModule(HEADER + """
 .visible .entry copy_bytes(.param .u64 dst, .param .u64 src, .param .u32 count)
 {
     .reg .b32 %r<6>; .reg .b64 %rd<6>; .reg .pred %p<2>; .reg .b16 %h<2>;
@@ -155,10 +158,10 @@ PTX_COPY = HEADER + """
 $end:
     ret;
 }
-"""
+""", {"copy_bytes": [U64, U64, U32]})
 
 # data[i] += 1: replaying a graph of it n times must add n.
-PTX_INCREMENT = HEADER + """
+PTX_INCREMENT = PtxModule(HEADER + """
 .visible .entry increment(.param .u64 data)
 {
     .reg .b32 %r<6>; .reg .b64 %rd<4>;
@@ -168,7 +171,7 @@ PTX_INCREMENT = HEADER + """
     ld.global.u32 %r1, [%rd1]; add.u32 %r1, %r1, 1; st.global.u32 [%rd1], %r1;
     ret;
 }
-"""
+""", {"increment": [U64]})
 
 
 # -- device memory through the driver (independent of Numba) -----------------------------------------
@@ -209,7 +212,7 @@ class DeviceBuffer:
             pass
 
 
-def _kernel(ptx_text: str, name: str):
+def _kernel(ptx_text: PtxModule, name: str):
     return load_kernel(compile_ptx(ptx_text), name)
 
 
@@ -268,7 +271,7 @@ def item_cluster():
     return "cluster of 2: ranks, sizes and distributed shared memory reads correct"
 
 
-def _tensor_map_boxes(box_rows: int, box_cols: int, swizzle: int, ptx_text: str) -> str:
+def _tensor_map_boxes(box_rows: int, box_cols: int, swizzle: int, ptx_text: PtxModule) -> str:
     rows, cols = 48, 256  # a box at row 40 runs past the last row: TMA must fill zeros
     host = np.random.default_rng().integers(0, 256, (rows, cols), dtype=np.uint8)
     source = DeviceBuffer.from_host(host)

@@ -50,7 +50,7 @@ def test_shared_memory_plan_keeps_tiles_aligned():
 
 
 def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
-    from ptx.runtime import parse_params
+    from ptx.runtime import kernel_params
     m, n, k = 100, 2112, 512
     a, sa, b, sb = random_problem(m, n, k, rng)  # sa: M-major view of (Kb, align(M, 4)) storage
     d = np.zeros((m, n), np.uint16)
@@ -62,7 +62,7 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
     assert call["shared_bytes"] == stage.SHARED_BYTES and call["stream"] == 7
     pointers = [x.__array_interface__["data"][0] for x in (a, sa, b, sb, d)]
     assert call["args"] == [*pointers, align(m, 4)]
-    assert [t for t, _ in parse_params(stage.generate(m, n, k), stage.KERNEL)] == ["u64"] * 5 + ["u32"]
+    assert [t for t, _ in kernel_params(stage.generate(m, n, k), stage.KERNEL)] == ["u64"] * 5 + ["u32"]
 
 
 # ------------------------------------------------------------------------------ CPU: the PTX, emulated

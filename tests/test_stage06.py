@@ -57,7 +57,7 @@ def test_k_must_be_a_multiple_of_128():
 
 def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
     import ptx.tensor_maps
-    from ptx.runtime import parse_params
+    from ptx.runtime import kernel_params
     m, n, k = 100, 2112, 512
     a, sa, b, sb = random_problem(m, n, k, rng)  # sa: M-major view of (Kb, align(M, 4)) storage
     d = np.zeros((m, n), np.uint16)
@@ -82,7 +82,7 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
     assert call["grid"] == plan.grid and call["block"] == plan.threads and call["shared_bytes"] == plan.shared_bytes
     assert call["args"][3:] == [pointer(sb), pointer(d)]
     assert all(isinstance(x, ptx.tensor_maps.TensorMap) for x in call["args"][:3])
-    assert parse_params(stage.generate(m, n, k), stage.KERNEL) == [("b8", 128)] * 3 + [("u64", 0)] * 2
+    assert kernel_params(stage.generate(m, n, k), stage.KERNEL) == [("b8", 128)] * 3 + [("u64", 0)] * 2
 
 
 # ------------------------------------------------------------------------------ CPU: the PTX, emulated
