@@ -24,6 +24,7 @@ import threading
 import numpy as np
 
 from ptx import device as devices
+from ptx.arrays import as_device_view
 from ptx.compile import Cubin
 from ptx.device import (activated, check_stream_device, current_device, ensure_context,  # noqa: F401 (re-exported)
                         stream_handle)
@@ -73,7 +74,6 @@ def device_pointer(obj) -> int:
     handle = getattr(obj, "handle", None)  # cuda.core Buffer
     if handle is not None and hasattr(obj, "size"):
         return int(handle)
-    from ptx.arrays import as_device_view
     view = as_device_view(obj)
     if not view.on_device:
         raise TypeError(f"kernel argument: {type(obj).__name__} is not in device memory")
