@@ -62,8 +62,8 @@ import numpy as np
 
 from gemm.fp8 import ceil_div
 from ptx.builder import KernelBuilder, module
+from ptx.vocab import async_copies, mma_sync, shared_memory
 from ptx.vocab import core as c
-from ptx.vocab import mma as v
 
 IDEA = "tensor cores: one mma.sync instruction does a 16x8x32 e4m3 product per warp"
 KIND = "ptx"
@@ -244,7 +244,7 @@ class _Gen:
           f"shr.u32 {self.warp_m}, {warp}, 2;", f"and.b32 {self.warp_n}, {warp}, 3;",
           c.special(self.n_block, "ctaid.x"), f"shl.b32 {self.n0}, {self.n_block}, 7;",
           c.special(self.m0, "ctaid.y"), f"shl.b32 {self.m0}, {self.m0}, 7;",
-          v.shared_address_of(self.smem, SMEM))
+          shared_memory.shared_address_of(self.smem, SMEM))
         self.a, self.sa, self.bp = self.global_param("a"), self.global_param("sa"), self.global_param("b")
         self.sb, self.d = self.global_param("sb"), self.global_param("d")
         self.sa_stride = r(hint="sa_stride")
@@ -313,11 +313,11 @@ class _Gen:
         if self.o.cp_async:
             for operand, sources in ((0, self.a_src), (B_OFFSET, self.b_src)):
                 for p, (ptr, offset) in enumerate(sources):
-                    e(v.cp_async_16(dst, f"{ptr}+{offset}" if offset else ptr,
+                    e(async_copies.cp_async_16(dst, f"{ptr}+{offset}" if offset else ptr,
                                     operand + p * self.rows_per_pass * 128, predicate=predicate))
             sa_dst = self.r(hint="sa_dst_stage")
             e(f"add.u32 {sa_dst}, {self.sa_dst}, {stage_offset};",
-              v.cp_async_16(sa_dst, self.sa_src, SA_OFFSET, src_size=self.sa_bytes, predicate=scale_predicate))
+              async_copies.cp_async_16(sa_dst, self.sa_src, SA_OFFSET, src_size=self.sa_bytes, predicate=scale_predicate))
         else:
             self.load_through_registers(dst, stage_offset, predicate, scale_predicate)
         for ptr in dict.fromkeys(ptr for ptr, _ in self.a_src + self.b_src):
@@ -455,9 +455,9 @@ class _Gen:
         e = self.emit
         if self.o.ldmatrix:
             for mt in range(self.m_tiles):
-                e(v.ldmatrix_x4(self.a_regs[mt], a_addr, mt * 16 * 128))
+                e(mma_sync.ldmatrix_x4(self.a_regs[mt], a_addr, mt * 16 * 128))
             for pair in range(N_TILES // 2):
-                e(v.ldmatrix_x4(self.b_regs[pair], b_addr, B_OFFSET + pair * 16 * 128))
+                e(mma_sync.ldmatrix_x4(self.b_regs[pair], b_addr, B_OFFSET + pair * 16 * 128))
             return
         a_high, b_high, high = a_addr, b_addr, 16
         if self.high_delta is not None:
@@ -477,7 +477,7 @@ class _Gen:
         """Exercise 04: load_fragments with the traced addresses (each already includes its tile offset)."""
         for regs, address in zip(self.a_regs + self.b_regs, self.a_frag_traced[ks] + self.b_frag_traced[ks]):
             staged = self.r()
-            self.emit(f"add.u32 {staged}, {address}, {stage_offset};", v.ldmatrix_x4(regs, staged, 0))
+            self.emit(f"add.u32 {staged}, {address}, {stage_offset};", mma_sync.ldmatrix_x4(regs, staged, 0))
 
     def compute_block(self, stage_offset: str | int):
         e, r = self.emit, self.r
@@ -495,7 +495,7 @@ class _Gen:
                 for nt in range(N_TILES):
                     b_pair = self.b_regs[nt // 2][2 * (nt % 2): 2 * (nt % 2) + 2]
                     addend = [self.zero] * 4 if ks == 0 else self.acc[mt][nt]  # a fresh sum per K block
-                    e(v.mma_m16n8k32_e4m3(self.acc[mt][nt], self.a_regs[mt], b_pair, addend))
+                    e(mma_sync.mma_m16n8k32_e4m3(self.acc[mt][nt], self.a_regs[mt], b_pair, addend))
         sa_addr = r()
         e(f"add.u32 {sa_addr}, {self.sa_read}, {stage_offset};")
         for mt in range(self.m_tiles):
@@ -505,7 +505,7 @@ class _Gen:
                   f"mul.f32 {scale}, {scale}, {sb_value};")
                 for nt in range(N_TILES):
                     for i in (2 * half, 2 * half + 1):
-                        e(v.promote(self.total[mt][nt][i], self.acc[mt][nt][i], scale))
+                        e(c.promote(self.total[mt][nt][i], self.acc[mt][nt][i], scale))
 
     def main_loop(self):
         e, r, b = self.emit, self.r, self.b
@@ -527,7 +527,7 @@ class _Gen:
             if s < self.kb:
                 self.issue_loads(s * STAGE_BYTES, None, self.is_scale_loader)
             if copies:
-                e(v.cp_async_commit())
+                e(async_copies.cp_async_commit())
         kb, ahead, rd, wr = r(hint="kb"), r(hint="ahead"), r(hint="read_stage"), r(hint="write_stage")
         load, load_scales, more, wrap = r("pred"), r("pred"), r("pred"), r("pred")
         e(f"mov.u32 {kb}, 0;", f"mov.u32 {rd}, 0;", f"mov.u32 {wr}, {(self.stages - 1) * STAGE_BYTES};")
@@ -536,7 +536,7 @@ class _Gen:
         if copies:
             b.comment("block kb has landed (this thread's copies) and is visible to all (everyone's); the stage "
                       "written next was read in iteration kb-1, which every warp has finished")
-            e(v.cp_async_wait(self.stages - 2), c.bar_sync(0))
+            e(async_copies.cp_async_wait(self.stages - 2), c.bar_sync(0))
         else:
             b.comment("block kb was stored in an earlier iteration and is visible to all; the stage written next "
                       "was read in iteration kb-1, which every warp has finished")
@@ -545,7 +545,7 @@ class _Gen:
           f"and.pred {load_scales}, {load}, {self.is_scale_loader};")
         self.issue_loads(wr, load, load_scales)
         if copies:
-            e(v.cp_async_commit())
+            e(async_copies.cp_async_commit())
         self.compute_block(rd)
         for offset in (rd, wr):
             e(f"add.u32 {offset}, {offset}, {STAGE_BYTES};", f"setp.eq.u32 {wrap}, {offset}, {self.shared_bytes};",
@@ -562,7 +562,7 @@ class _Gen:
         b.place(top)
         self.issue_loads(0, None, self.is_scale_loader)
         if self.o.cp_async:
-            e(v.cp_async_commit(), v.cp_async_wait(0))
+            e(async_copies.cp_async_commit(), async_copies.cp_async_wait(0))
         b.comment("block kb is in shared memory (everyone's copies)")
         e(c.bar_sync(0))
         self.compute_block(0)
@@ -622,7 +622,7 @@ class _Gen:
         self.fragment_setup()
         self.main_loop()
         self.store()
-        return module([self.b], extra_globals=v.dynamic_shared_declaration(SMEM))
+        return module([self.b], extra_globals=shared_memory.dynamic_shared_declaration(SMEM))
 
 
 def _check_shape(m: int, n: int, k: int) -> None:

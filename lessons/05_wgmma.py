@@ -19,7 +19,7 @@ changed vs stage 04:
 Loads are still issued by all 256 threads with 16-byte ``cp.async`` into a 4-stage ring (as in stage 04);
 the K-block loop is a counted PTX loop (its body — four wgmmas, 64 FFMAs, the loads — is unrolled by
 Python), so the code stays small for K = 16384. The math warpgroup body is shared with stage 06
-(:mod:`lessons.wgmma_common`).
+(:mod:`gemm.kernel.math_warpgroups`, which every later stage shares).
 
 Speed of light: the FP8 tensor cores, 132 SMs x 8192 flop/clk x 1.83 GHz = 1979 TFLOP/s, twice stage 04's bound.
 HBM is far: A, B and D once are 93 MB, 28 us at 3.35 TB/s, against 122 us of FP8 math at 4096 x 4096 x 7168.
@@ -56,11 +56,9 @@ import functools
 import numpy as np
 
 from gemm.fp8 import ceil_div
-from lessons.wgmma_common import BLOCK_K, K_STEPS, MathWarpgroups, staging_bytes
+from gemm.kernel.math_warpgroups import BLOCK_K, K_STEPS, MathWarpgroups, staging_bytes
 from ptx.builder import KernelBuilder, module
-from ptx.vocab import core
-from ptx.vocab import mma as copy
-from ptx.vocab import tma as sync
+from ptx.vocab import async_copies, barriers, core, shared_memory
 from ptx.vocab import wgmma as w
 
 IDEA = "warpgroup tensor cores: wgmma reads e4m3 tiles from shared memory through matrix descriptors"
@@ -153,7 +151,7 @@ def descriptor_constant_part(options: Options = DEFAULT, descriptor_bits=w.descr
 
 
 class _Math(MathWarpgroups):
-    """The math warpgroups of :mod:`lessons.wgmma_common`, plus the two ablations that change a K block: tiles
+    """The math warpgroups of :mod:`gemm.kernel.math_warpgroups`, plus the two ablations that change a K block: tiles
     without the swizzle (the descriptor's layout type 0 with CORE_LBO / CORE_SBO; a k32 step is then two core
     matrices, 256 bytes, not 32) and narrower wgmmas (the B descriptor advances 128 bytes a row per part).
     With the defaults it is MathWarpgroups, unchanged."""
@@ -198,7 +196,7 @@ class _Math(MathWarpgroups):
         scale_lo, scale_hi = r("f32", "scale"), r("f32", "scale")
         e(f"mul.f32 {scale_lo}, {sa_lo}, {sb_value};", f"mul.f32 {scale_hi}, {sa_hi}, {sb_value};")
         for i, (running, partial) in enumerate(zip(self.totals[0], self.acc)):
-            e(copy.promote(running, partial, (scale_lo, scale_hi)[(i // 2) % 2]))
+            e(core.promote(running, partial, (scale_lo, scale_hi)[(i // 2) % 2]))
 
 
 class _Gen:
@@ -229,7 +227,7 @@ class _Gen:
         e(f"mov.u32 {self.tid}, %tid.x;", f"mov.u32 {self.n_block}, %ctaid.x;",
           f"mul.lo.u32 {self.n0}, {self.n_block}, {BLOCK_N};",
           f"mov.u32 {self.m0}, %ctaid.y;", f"mul.lo.u32 {self.m0}, {self.m0}, {BLOCK_M};",
-          copy.shared_address_of(self.smem, SMEM),
+          shared_memory.shared_address_of(self.smem, SMEM),
           # 128B-swizzled operands must start on a 1024-byte boundary; dynamic smem only promises 16
           f"add.u32 {self.smem}, {self.smem}, 1023;", f"and.b32 {self.smem}, {self.smem}, -1024;")
         self.a, self.sa, self.bp = self.global_param("a"), self.global_param("sa"), self.global_param("b")
@@ -314,10 +312,10 @@ class _Gen:
             dst = r(hint="dst")
             e(f"add.u32 {dst}, {tile}, {self.load_dst};")
             for p, ptr in enumerate(sources):
-                e(copy.cp_async_16(dst, ptr, p * LOAD_ROWS_PER_PASS * BLOCK_K, predicate=predicate))
+                e(async_copies.cp_async_16(dst, ptr, p * LOAD_ROWS_PER_PASS * BLOCK_K, predicate=predicate))
         sa_dst = r(hint="sa_dst_stage")
         e(f"add.u32 {sa_dst}, {sa_tile}, {self.sa_dst};",
-          copy.cp_async_16(sa_dst, self.sa_src, 0, src_size=self.sa_bytes, predicate=scale_predicate))
+          async_copies.cp_async_16(sa_dst, self.sa_src, 0, src_size=self.sa_bytes, predicate=scale_predicate))
         for ptr in self.a_src + self.b_src:
             e(f"add.u64 {ptr}, {ptr}, {BLOCK_K};")
         e(f"add.u64 {self.sa_src}, {self.sa_src}, {self.sa_step};")
@@ -331,7 +329,7 @@ class _Gen:
         for s in range(self.stages - 1):
             if s < self.kb:
                 self.issue_loads(s, None, self.is_scale_loader)
-            e(copy.cp_async_commit())
+            e(async_copies.cp_async_commit())
         kb, ahead, rd, wr = r(hint="kb"), r(hint="ahead"), r(hint="rd"), r(hint="wr")
         load, load_scales, more, wrap = r("pred"), r("pred"), r("pred"), r("pred")
         e(f"mov.u32 {kb}, 0;", f"mov.u32 {rd}, 0;", f"mov.u32 {wr}, {self.stages - 1};")
@@ -339,11 +337,11 @@ class _Gen:
         b.place(top)
         b.comment("block kb has landed (this thread's copies), is visible to wgmma's async proxy (fence) and to "
                   "every thread (barrier); the stage refilled next was read in iteration kb-1, finished by all")
-        e(copy.cp_async_wait(self.stages - 2), sync.fence_proxy_async(), core.bar_sync(0))
+        e(async_copies.cp_async_wait(self.stages - 2), barriers.fence_proxy_async(), core.bar_sync(0))
         e(f"add.u32 {ahead}, {kb}, {self.stages - 1};", f"setp.lt.u32 {load}, {ahead}, {self.kb};",
           f"and.pred {load_scales}, {load}, {self.is_scale_loader};")
         self.issue_loads(wr, load, load_scales)
-        e(copy.cp_async_commit())
+        e(async_copies.cp_async_commit())
         sb_value = r("f32", "sb")
         e(f"ld.global.nc.f32 {sb_value}, [{self.sb_src}];", f"add.u64 {self.sb_src}, {self.sb_src}, 4;")
         self.math.k_block(*self.stage_addresses(rd), sb_value)
@@ -362,7 +360,7 @@ class _Gen:
         b.place(top)
         self.issue_loads(0, None, self.is_scale_loader)
         b.comment("block kb has landed (everyone's copies) and is visible to wgmma's async proxy")
-        e(copy.cp_async_commit(), copy.cp_async_wait(0), sync.fence_proxy_async(), core.bar_sync(0))
+        e(async_copies.cp_async_commit(), async_copies.cp_async_wait(0), barriers.fence_proxy_async(), core.bar_sync(0))
         sb_value = r("f32", "sb")
         e(f"ld.global.nc.f32 {sb_value}, [{self.sb_src}];", f"add.u64 {self.sb_src}, {self.sb_src}, 4;")
         self.math.k_block(*self.stage_addresses(0), sb_value)
@@ -419,13 +417,13 @@ class _Gen:
         self.main_loop()
         if self.o.staged_epilogue:
             self.b.comment("epilogue: every warpgroup is done with the operand tiles, so they become the staging tile")
-            self.emit(copy.cp_async_wait(0), core.bar_sync(0))
+            self.emit(async_copies.cp_async_wait(0), core.bar_sync(0))
             self.math.store(self.smem, self.d, self.m0, self.n0, self.m, self.n)
         else:
             self.b.comment("epilogue: straight from the accumulator registers to global memory")
-            self.emit(copy.cp_async_wait(0))
+            self.emit(async_copies.cp_async_wait(0))
             self.store_direct()
-        return module([self.b], extra_globals=copy.dynamic_shared_declaration(SMEM, align=1024))
+        return module([self.b], extra_globals=shared_memory.dynamic_shared_declaration(SMEM, align=1024))
 
 
 def _check_shape(m: int, n: int, k: int) -> None:

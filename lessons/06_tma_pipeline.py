@@ -10,7 +10,7 @@ wgmma wants, rows past M or N zero-filled) from one instruction, ``cp.async.bulk
   ring of S stages; S is as large as the 227 KiB shared-memory budget allows (up to 8);
 * each stage has a *full* mbarrier (the producer arrives once with ``expect_tx`` = the stage's bytes; the
   TMA engine completes the transaction) and an *empty* mbarrier (one arrival per math warp once its
-  wgmmas on the stage are finished); waits poll the phase parity (bookkeeping in :mod:`ptx.vocab.tma`);
+  wgmmas on the stage are finished); waits poll the phase parity (bookkeeping in :mod:`ptx.vocab.barriers`);
 * no CTA-wide barrier in the K loop at all: warpgroups wait only for the bytes they need;
 * the block shape follows the problem (as DeepGEMM's heuristics do, without autotuning): BLOCK_M = 64
   (one math warpgroup) when M <= 64, else 128 (two); BLOCK_N = 64 when 128-wide blocks would leave SMs
@@ -20,7 +20,7 @@ The simplest correct producer, chosen on purpose: thread 0 is both a math thread
 computing iteration i it refills the stage of iteration j = i + S - 2 (waiting for that stage's empty barrier,
 i.e. for every warp to have finished iteration j - S = i - 2); the one stage of slack means thread 0 almost never
 waits for the other warpgroup. The math warpgroup body (wgmma issue, promotion, coalesced BF16 epilogue) is stage
-05's, unchanged (:mod:`lessons.wgmma_common`). Stage 07 (``lessons/07_warp_specialization.py``) then gives the
+05's, unchanged (:mod:`gemm.kernel.math_warpgroups`). Stage 07 (``lessons/07_warp_specialization.py``) then gives the
 producer a warpgroup of its own, so the ring runs a full ``stages`` blocks ahead and no math warp issues a copy.
 
 Speed of light: stage 05's, the FP8 tensor cores at 1979 TFLOP/s. This stage takes the loads and the K-loop
@@ -36,11 +36,9 @@ import functools
 import numpy as np
 
 from gemm.fp8 import ceil_div
-from lessons.wgmma_common import BLOCK_K, MathWarpgroups, staging_bytes
+from gemm.kernel.math_warpgroups import BLOCK_K, MathWarpgroups, staging_bytes
 from ptx.builder import KernelBuilder, module
-from ptx.vocab import core
-from ptx.vocab import mma as copy
-from ptx.vocab import tma as t
+from ptx.vocab import barriers, bulk_copies, core, shared_memory
 
 IDEA = "TMA + mbarrier pipeline: one thread fetches whole swizzled tiles into a ring of stages"
 KIND = "ptx"
@@ -117,13 +115,13 @@ class _Gen:
         e(f"mov.u32 {self.tid}, %tid.x;", f"mov.u32 {n_block}, %ctaid.x;",
           f"mul.lo.u32 {self.n0}, {n_block}, {p.block_n};",
           f"mov.u32 {self.m0}, %ctaid.y;", f"mul.lo.u32 {self.m0}, {self.m0}, {p.block_m};",
-          copy.shared_address_of(self.smem, SMEM),
+          shared_memory.shared_address_of(self.smem, SMEM),
           # TMA's 128B swizzle and wgmma's descriptors both assume 1024-byte aligned tiles
           f"add.u32 {self.smem}, {self.smem}, 1023;", f"and.b32 {self.smem}, {self.smem}, -1024;")
         self.tmaps = {}
         for name in ("tmap_a", "tmap_b", "tmap_sa"):
             self.tmaps[name] = r("u64", name)
-            e(t.tensormap_address(self.tmaps[name], self.b.param(name), TENSORMAP_CVTA))
+            e(bulk_copies.tensormap_address(self.tmaps[name], self.b.param(name), TENSORMAP_CVTA))
         self.sb, self.d = r("u64", "ptr_sb"), r("u64", "ptr_d")
         e(f"ld.param.u64 {self.sb}, [{self.b.param('sb')}];", f"cvta.to.global.u64 {self.sb}, {self.sb};",
           f"ld.param.u64 {self.d}, [{self.b.param('d')}];", f"cvta.to.global.u64 {self.d}, {self.d};")
@@ -159,10 +157,10 @@ class _Gen:
         e(f"@!{self.is_producer} bra {skip};")
         for s in range(p.stages):
             _, _, _, full, empty = self.stage_addresses(s)
-            e(t.mbarrier_init(full, 1),  # the producer's one arrive.expect_tx; TMA brings the bytes
-              t.mbarrier_init(empty, p.math_warps))  # one arrival per math warp
-        e(t.fence_mbarrier_init(), t.fence_proxy_async(),  # initialised barriers visible to the TMA unit
-          *(t.prefetch_tensormap(x) for x in self.tmaps.values()))
+            e(barriers.mbarrier_init(full, 1),  # the producer's one arrive.expect_tx; TMA brings the bytes
+              barriers.mbarrier_init(empty, p.math_warps))  # one arrival per math warp
+        e(barriers.fence_mbarrier_init(), barriers.fence_proxy_async(),  # initialised barriers visible to the TMA unit
+          *(bulk_copies.prefetch_tensormap(x) for x in self.tmaps.values()))
         self.b.place(skip)
         e(core.bar_sync(0))
 
@@ -172,18 +170,18 @@ class _Gen:
         a_tile, b_tile, sa_tile, full, _ = addresses
         k_byte = r(hint="kx")
         e(f"shl.b32 {k_byte}, {k_block}, 7;" if isinstance(k_block, str) else f"mov.u32 {k_byte}, {k_block * BLOCK_K};")
-        e(t.mbarrier_arrive_expect_tx(full, p.stage_bytes),
-          t.tma_load_2d(a_tile, self.tmaps["tmap_a"], k_byte, self.m0, full),
-          t.tma_load_2d(b_tile, self.tmaps["tmap_b"], k_byte, self.n0, full),
-          t.tma_load_2d(sa_tile, self.tmaps["tmap_sa"], self.m0, k_block, full))
+        e(barriers.mbarrier_arrive_expect_tx(full, p.stage_bytes),
+          bulk_copies.tma_load_2d(a_tile, self.tmaps["tmap_a"], k_byte, self.m0, full),
+          bulk_copies.tma_load_2d(b_tile, self.tmaps["tmap_b"], k_byte, self.n0, full),
+          bulk_copies.tma_load_2d(sa_tile, self.tmaps["tmap_sa"], self.m0, k_block, full))
 
     def main_loop(self):
         e, r, b, p = self.emit, self.r, self.b, self.p
         b.comment(f"prologue: the producer starts K blocks 0..{min(p.ahead, p.kb) - 1} (fresh stages: no waits)")
         skip = b.label("prologue_done")
         e(f"@!{self.is_producer} bra {skip};")
-        # the bookkeeping of ptx.vocab.tma, or a caller's (the stage 06 exercise: generate_for(..., bookkeeping=))
-        slot, wait_parity = self.bookkeeping or (t.pipeline_slot, t.producer_wait_parity)
+        # the bookkeeping of ptx.vocab.barriers, or a caller's (the stage 06 exercise: generate_for(..., bookkeeping=))
+        slot, wait_parity = self.bookkeeping or (barriers.pipeline_slot, barriers.producer_wait_parity)
         for j in range(min(p.ahead, p.kb)):
             self.issue_tma(self.stage_addresses(_bit_or_stage(slot(j, p.stages)[0], p.stages)), j)
         b.place(skip)
@@ -203,7 +201,7 @@ class _Gen:
         produced = b.label("produced")
         e(f"setp.ge.or.u32 {no_load}, {j}, {p.kb}, !{self.is_producer};", f"@{no_load} bra {produced};")
         refill = self.stage_addresses(p_stage)
-        e(t.mbarrier_wait_parity(refill[4], p_parity, ready, b.label("wait_empty")))
+        e(barriers.mbarrier_wait_parity(refill[4], p_parity, ready, b.label("wait_empty")))
         self.issue_tma(refill, j)
         b.place(produced)
 
@@ -211,11 +209,11 @@ class _Gen:
         sb_value = r("f32", "sb")
         e(f"ld.global.nc.f32 {sb_value}, [{self.sb}];", f"add.u64 {self.sb}, {self.sb}, 4;")
         a_tile, b_tile, sa_tile, full, empty = self.stage_addresses(c_stage)
-        e(t.mbarrier_wait_parity(full, c_parity, ready, b.label("wait_full")))
+        e(barriers.mbarrier_wait_parity(full, c_parity, ready, b.label("wait_full")))
         self.math.k_block(a_tile, b_tile, sa_tile, sb_value)
         lane0 = r("pred")
         e("bar.warp.sync 0xffffffff;",  # every lane's reads of the stage (wgmma, scales) precede lane 0's release
-          f"setp.eq.u32 {lane0}, {self.math.lane}, 0;", f"@{lane0} {t.mbarrier_arrive(empty)}")
+          f"setp.eq.u32 {lane0}, {self.math.lane}, 0;", f"@{lane0} {barriers.mbarrier_arrive(empty)}")
 
         # advance(): stage wraps at S, parity flips on the wrap (consumer and producer alike)
         for stage, parity in ((c_stage, c_parity), (p_stage, p_parity)):
@@ -233,7 +231,7 @@ class _Gen:
         self.b.comment("epilogue: every warp is done with the stages, so the A tiles become the staging tile")
         self.emit(core.bar_sync(0))
         self.math.store(self.smem, self.d, self.m0, self.n0, self.p.m, self.p.n)
-        return module([self.b], extra_globals=copy.dynamic_shared_declaration(SMEM, align=1024))
+        return module([self.b], extra_globals=shared_memory.dynamic_shared_declaration(SMEM, align=1024))
 
 
 def _bit_or_stage(value, bound: int) -> int:
@@ -259,7 +257,7 @@ def generate(m: int, n: int, k: int) -> str:
 
 def generate_for(plan: Plan, bookkeeping=None) -> str:
     """The PTX text for an explicit plan (tests use it to force a block shape). ``bookkeeping``: a pair
-    (pipeline_slot, producer_wait_parity) like ptx.vocab.tma's, in their place (the stage 06 exercise)."""
+    (pipeline_slot, producer_wait_parity) like ptx.vocab.barriers's, in their place (the stage 06 exercise)."""
     return _Gen(plan, bookkeeping).build()
 
 
@@ -271,7 +269,7 @@ def _kernel(m: int, n: int, k: int):
 
 
 def tensor_map_specs(plan: Plan, sa_stride: int) -> dict[str, dict]:
-    """What each tensor map describes: keyword arguments of ptx.tma.tensor_map_2d (minus the pointer)."""
+    """What each tensor map describes: keyword arguments of ptx.tensor_maps.tensor_map_2d (minus the pointer)."""
     m, n, k = plan.m, plan.n, plan.k
     return {
         "tmap_a": dict(dtype=np.uint8, shape=(m, k), row_stride_bytes=k, box=(plan.block_m, BLOCK_K), swizzle=128),
@@ -285,7 +283,7 @@ def tensor_map_specs(plan: Plan, sa_stride: int) -> dict[str, dict]:
 @functools.lru_cache(maxsize=256)
 def _tensor_maps(a_ptr: int, b_ptr: int, sa_ptr: int, m: int, n: int, k: int, sa_stride: int):
     """The three tensor maps of one call (host-side encoding only; cached per pointers and shape)."""
-    from ptx.tma import tensor_map_2d
+    from ptx.tensor_maps import tensor_map_2d
     specs = tensor_map_specs(Plan(m, n, k), sa_stride)
     return tuple(tensor_map_2d(ptr, **specs[name])
                  for name, ptr in (("tmap_a", a_ptr), ("tmap_b", b_ptr), ("tmap_sa", sa_ptr)))

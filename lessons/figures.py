@@ -11,8 +11,8 @@ figure                         drawn from
 01_naive_thread_map            ``output_element``, ``launch_config`` of lessons/01_naive.py
 02_smem_tile_banks             ``output_element``, ``staged_k``, ``shared_word`` of lessons/02_smem_tiling.py
 03_micro_tile                  ``micro_offset`` of lessons/03_register_tiling.py
-04_mma_fragments               ``a/b/c_fragment_coords`` (ptx.vocab.mma: the ISA's m16n8k32 maps)
-04_ldmatrix_swizzle            ``a/b_ldmatrix_source``, ``swizzled_offset`` (ptx.vocab.mma), stage 04's
+04_mma_fragments               ``a/b/c_fragment_coords`` (ptx.vocab.mma_sync: the ISA's m16n8k32 maps)
+04_ldmatrix_swizzle            ``a/b_ldmatrix_source`` (ptx.vocab.mma_sync), ``swizzled_offset``, stage 04's
                                ``a_fragment_offset``
 05_wgmma_descriptor            ``DESCRIPTOR_FIELDS``, ``descriptor_value``, ``descriptor_fields`` (ptx.vocab.wgmma)
 05_sw128_atom                  ``sw128_offset`` (ptx.vocab.wgmma)
@@ -284,10 +284,10 @@ def fragment_owner(coords, rows: int, cols: int, regs: int, per_reg: int) -> dic
 
 def mma_fragment_maps() -> dict[str, dict[str, np.ndarray]]:
     """A (16 x 32 bytes), B (8 n x 32 k bytes, as stored: N rows of K) and C (16 x 8 f32) of mma.m16n8k32."""
-    from ptx.vocab import mma
-    return {"A": fragment_owner(mma.a_fragment_coords, 16, 32, 4, 4),
-            "B": fragment_owner(mma.b_fragment_coords, 8, 32, 2, 4),
-            "C": fragment_owner(lambda lane, reg, _: mma.c_fragment_coords(lane, reg), 16, 8, 4, 1)}
+    from ptx.vocab import mma_sync
+    return {"A": fragment_owner(mma_sync.a_fragment_coords, 16, 32, 4, 4),
+            "B": fragment_owner(mma_sync.b_fragment_coords, 8, 32, 2, 4),
+            "C": fragment_owner(lambda lane, reg, _: mma_sync.c_fragment_coords(lane, reg), 16, 8, 4, 1)}
 
 
 def _fragment_panel(ax, owner, name, group):
@@ -329,7 +329,7 @@ def mma_fragments() -> Figure:
     ax.set_xlabel("column n")
     ax.set_ylabel("row m")
     fig.suptitle("Stage 04: mma.sync.m16n8k32 e4m3 fragments (PTX ISA 'Matrix Fragments for mma.m16n8k32'; "
-                 "ptx.vocab.mma a/b/c_fragment_coords): g = lane // 4 picks the row, lane % 4 the k (or column) "
+                 "ptx.vocab.mma_sync a/b/c_fragment_coords): g = lane // 4 picks the row, lane % 4 the k (or column) "
                  "group", fontsize=10)
     return fig
 
@@ -337,9 +337,9 @@ def mma_fragments() -> Figure:
 def ldmatrix_roles() -> dict[str, np.ndarray]:
     """Which lane gives ldmatrix.x4 the address of each 16-byte row (A: 16 rows x 2 halves of k32; B: 16 n x 2),
     from a/b_ldmatrix_source; the matrix (= result register) is lane // 8."""
-    from ptx.vocab import mma
+    from ptx.vocab import mma_sync
     out = {}
-    for name, source in (("A", mma.a_ldmatrix_source), ("B", mma.b_ldmatrix_source)):
+    for name, source in (("A", mma_sync.a_ldmatrix_source), ("B", mma_sync.b_ldmatrix_source)):
         lanes = np.full((16, 2), -1)
         for lane in range(32):
             row, k = source(lane)
@@ -394,11 +394,11 @@ def ldmatrix_swizzle() -> Figure:
     for lane in range(8):  # matrix 0 of k step 0: lanes 0..7 give rows 0..7, k bytes 0..15
         offset = lessons.stage(4).a_fragment_offset(0, lane, 0, 0)
         _box(ax, offset % 128 // 16, offset // 128, 1, 1, color="red")
-    ax.set_title("stored (stage 04): chunk c of row r at c ^ (r % 8)\n(mma.swizzled_offset, a_fragment_offset): "
+    ax.set_title("stored (stage 04): chunk c of row r at c ^ (r % 8)\n(shared_memory.swizzled_offset, a_fragment_offset): "
                  "the same\nphase (red) hits 8 different bank groups", fontsize=8)
     ax.set_xlabel("physical 16-byte chunk (label: its logical k bytes)")
     ax.set_ylabel("row of the A tile")
-    fig.suptitle("Stage 04: ldmatrix lane roles (ptx.vocab.mma) and the XOR swizzle that makes its reads and the "
+    fig.suptitle("Stage 04: ldmatrix lane roles (ptx.vocab.mma_sync) and the XOR swizzle that makes its reads and the "
                  "cp.async writes conflict-free", fontsize=10)
     return fig
 

@@ -690,8 +690,8 @@ def _preload(exercise, mode: str) -> None:
     runs (the sandbox refuses that; this is the second layer) cannot become the judge's code."""
     import importlib
     import lessons
-    for name in ("gemm.testing.emulated", "gemm.testing.problems", "gemm.testing", "gemm.bench", "gemm.kernel.launch", "ptx.sass",
-                 "ptx.compile", "ptx.passes", "ptx.emulate", "ptx.runtime", "ptx.tma", "lessons.ladder",
+    for name in ("gemm.testing.emulated", "gemm.testing.problems", "gemm.testing.timer", "gemm.kernel.launch", "ptx.sass",
+                 "ptx.compile", "ptx.passes", "ptx.emulate", "ptx.runtime", "ptx.tensor_maps", "lessons.ladder",
                  "lessons.exercises.holed", "lessons.grading.traced", "lessons.numba_fp8"):
         try:
             importlib.import_module(name)

@@ -8,6 +8,10 @@ helpers in :mod:`ptx.vocab`, which return PTX text.
     k = KernelBuilder("scale", params=[("u64", "x"), ("f32", "s")])
     x = k.reg("u64"); k.emit(f"ld.param.u64 {x}, [{k.param('x')}];")
     print(module([k]))
+
+:func:`module` returns a :class:`PtxModule`: the text, plus what the builder knew while writing it (each
+kernel's parameter types, whether it needs whole-program assembly), which :mod:`ptx.compile` and
+:mod:`ptx.runtime` read instead of parsing the text back.
 """
 from __future__ import annotations
 
@@ -19,6 +23,30 @@ _REG_PREFIX = {
     "pred": "p", "b16": "h", "b32": "r", "b64": "rd", "u16": "h", "u32": "r", "u64": "rd",
     "s32": "r", "s64": "rd", "f16": "hf", "f16x2": "hh", "f32": "f", "f64": "fd",
 }
+
+
+# Instructions ptxas honours only when it assembles the whole program (ptx.compile says why).
+WHOLE_PROGRAM_OPCODES = ("setmaxnreg",)
+
+
+class PtxModule(str):
+    """PTX text (a ``str``: printed, hashed and assembled as it is) with what the builder knew writing it.
+
+    ``kernels``: {entry name: ((PTX type, array length or 0), ...)}, the parameters in order, the data
+    :mod:`ptx.runtime` packs arguments by (a tensor map is ("b8", 128)). ``whole_program``: some kernel uses an
+    instruction in :data:`WHOLE_PROGRAM_OPCODES`, so :func:`ptx.compile.compile_ptx` assembles it with ptxas in
+    whole-program mode. Text that is not from :func:`module` (written by hand, Numba's, or changed by a str
+    operation, which returns a plain str) carries neither: wrap it here, saying both, or pass the assembler.
+    """
+
+    def __new__(cls, text: str, kernels: dict, whole_program: bool = False):
+        self = super().__new__(cls, text)
+        self.kernels = {name: tuple((str(t), int(n)) for t, n in params) for name, params in kernels.items()}
+        self.whole_program = bool(whole_program)
+        return self
+
+    def __reduce__(self):  # pickling and copying keep the data (str's own would need __new__'s arguments)
+        return PtxModule, (str(self), self.kernels, self.whole_program)
 
 
 class KernelBuilder:
@@ -36,6 +64,7 @@ class KernelBuilder:
         self.module_decls: list[str] = []  # module-scope variables (const tables), written before the .entry
         self._body: list[str] = []
         self._counter = itertools.count()
+        self.whole_program = False  # set when an instruction of WHOLE_PROGRAM_OPCODES is emitted
 
     # -- names -------------------------------------------------------------------------------------
     def param(self, name: str) -> str:
@@ -77,13 +106,20 @@ class KernelBuilder:
     # -- body --------------------------------------------------------------------------------------
     def emit(self, *lines: str) -> None:
         for text in lines:
-            self._body.extend(line for line in text.splitlines() if line.strip())
+            for line in text.splitlines():
+                if line.strip():
+                    self._body.append(line)
+                    self.whole_program = self.whole_program or _opcode(line).startswith(WHOLE_PROGRAM_OPCODES)
 
     def place(self, label: str) -> None:
         self._body.append(f"{label}:")
 
     def comment(self, text: str) -> None:
         self._body.append(f"// {text}")
+
+    def param_types(self) -> tuple[tuple[str, int], ...]:
+        """(PTX type, array length or 0) of each parameter, in order, as declared by :meth:`ptx`."""
+        return tuple(("b8", 128) if ptx_type == "tmap" else (ptx_type, 0) for ptx_type, _ in self.params)
 
     # -- text --------------------------------------------------------------------------------------
     def _param_decl(self, ptx_type: str, name: str) -> str:
@@ -114,8 +150,15 @@ class KernelBuilder:
         ]) + "\n"
 
 
-def module(kernels: list[KernelBuilder], arch: str = "sm_90a", extra_globals: str = "") -> str:
+def _opcode(line: str) -> str:
+    """The opcode of one PTX line (after an ``@p`` guard); labels and comments have none that matters here."""
+    words = line.split()
+    return words[1] if len(words) > 1 and words[0].startswith("@") else words[0]
+
+
+def module(kernels: list[KernelBuilder], arch: str = "sm_90a", extra_globals: str = "") -> PtxModule:
     """A complete PTX module holding ``kernels``."""
     header = f".version {PTX_VERSION}\n.target {arch}\n.address_size 64\n"
-    return "\n".join([header, extra_globals, *(d for k in kernels for d in k.module_decls),
+    text = "\n".join([header, extra_globals, *(d for k in kernels for d in k.module_decls),
                       *(k.ptx() for k in kernels)])
+    return PtxModule(text, {k.name: k.param_types() for k in kernels}, any(k.whole_program for k in kernels))

@@ -8,7 +8,9 @@ nvJitLink always compiles separately (``--compile-only``: code meant for linking
 ``setmaxnreg`` ("ignored to maintain compatibility across compilation units", C7504). A kernel that moves
 registers between warpgroups therefore goes through the standalone ``ptxas`` in whole-program mode instead
 (the ``nvidia-cuda-nvcc`` wheel ships it; a CUDA toolkit on PATH does too): ``assembler="auto"`` picks it
-exactly for PTX that contains ``setmaxnreg``.
+exactly for a :class:`ptx.builder.PtxModule` whose ``whole_program`` the builder set (it emitted ``setmaxnreg``).
+Plain text (hand-written, Numba's, or edited by str operations) says nothing of the kind, so it needs the
+assembler named.
 
 Results are cached in memory and on disk (``$FP8LADDER_CACHE_DIR``, default ``~/.cache/fp8-ladder``),
 keyed by content only: the PTX, the arch, the options, the assembler and its version (never a path), so a
@@ -264,17 +266,24 @@ def _run_nvjitlink(ptx: str, arch: str, options: tuple[str, ...]) -> tuple[bytes
 
 
 def choose_assembler(ptx: str, assembler: str = "auto") -> str:
+    """``assembler``, or for "auto" what the builder's module asks for: ptxas for whole-program PTX."""
     if assembler not in ("auto", "nvjitlink", "ptxas"):
         raise ValueError(f"assembler must be 'auto', 'nvjitlink' or 'ptxas', got {assembler!r}")
-    if assembler == "auto":
-        return "ptxas" if "setmaxnreg" in ptx else "nvjitlink"
-    return assembler
+    if assembler != "auto":
+        return assembler
+    whole_program = getattr(ptx, "whole_program", None)
+    if whole_program is None:
+        raise TypeError("compile_ptx: this PTX is plain text, not a ptx.builder.PtxModule, so nothing says whether it "
+                        "needs whole-program assembly (setmaxnreg): pass assembler='nvjitlink' or 'ptxas', or wrap "
+                        "it in PtxModule(text, kernels, whole_program)")
+    return "ptxas" if whole_program else "nvjitlink"
 
 
 def compile_ptx(ptx: str, arch: str = DEFAULT_ARCH, options=(), assembler: str = "auto") -> Cubin:
     """Assemble ``ptx`` for ``arch``; returns a :class:`Cubin` (cached in memory and on disk).
 
-    ``options`` go to the assembler (nvJitLink flags, or ptxas's own with ``assembler="ptxas"``).
+    ``options`` go to the assembler (nvJitLink flags, or ptxas's own with ``assembler="ptxas"``); ``assembler``:
+    see :func:`choose_assembler` ("auto" needs a :class:`ptx.builder.PtxModule`).
     """
     options = tuple(options)
     assembler = choose_assembler(ptx, assembler)

@@ -3,8 +3,9 @@
 Loading uses cuda.core (``ObjectCode.from_cubin`` + ``get_kernel``). Launching goes straight to the
 driver's ``cuLaunchKernelEx`` with a ``void*[]`` of parameter pointers built with ctypes: one path for every
 launch, which passes a 128-byte CUtensorMap by value, sets the cluster-dimension attribute, and is legal
-inside CUDA-graph stream capture. Each argument is packed by the PTX type of its parameter, read from the
-kernel's ``.entry`` signature in the PTX, so a Python int for a ``.u32`` parameter is packed as 4 bytes.
+inside CUDA-graph stream capture. Each argument is packed by the PTX type of its parameter, as the
+:class:`ptx.builder.PtxModule` the cubin was assembled from records it, so a Python int for a ``.u32`` parameter is
+packed as 4 bytes.
 
 Grid is counted in blocks (as in CUDA C's ``<<<grid, block>>>``), also with a cluster: it must then be a
 multiple of the cluster shape. Nothing here touches the GPU at import time.
@@ -18,17 +19,17 @@ device is a :class:`ptx.device.DeviceMismatchError`, not a driver fault.
 from __future__ import annotations
 
 import ctypes
-import re
 import threading
 
 import numpy as np
 
 from ptx.arrays import is_torch_tensor
 from ptx import device as devices
+from ptx.arrays import as_device_view
 from ptx.compile import Cubin
 from ptx.device import (activated, check_stream_device, current_device, ensure_context,  # noqa: F401 (re-exported)
                         stream_handle)
-from ptx.tma import TENSOR_MAP_BYTES, TensorMap
+from ptx.tensor_maps import TENSOR_MAP_BYTES, TensorMap
 
 DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic smem above this needs the kernel attribute raised first
 
@@ -45,16 +46,18 @@ _CTYPES = {
     "u8": ctypes.c_uint8, "s8": ctypes.c_int8, "b8": ctypes.c_uint8,
     "f32": ctypes.c_float, "f64": ctypes.c_double,
 }
-_ENTRY = r"\.entry\s+{name}\s*\((.*?)\)"
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+[\w$]+(?:\[(\d+)\])?")
 
 
-def parse_params(ptx: str, name: str) -> list[tuple[str, int]]:
-    """[(ptx type, array length or 0)] of kernel ``name``'s parameters, in order."""
-    match = re.search(_ENTRY.format(name=re.escape(name)), ptx, re.S)
-    if not match:
-        raise KeyError(f"no .entry {name} in the PTX")
-    return [(t, int(n or 0)) for t, n in _PARAM.findall(match.group(1))]
+def kernel_params(ptx: str, name: str) -> list[tuple[str, int]]:
+    """[(ptx type, array length or 0)] of kernel ``name``'s parameters, in order, as the builder recorded them."""
+    kernels = getattr(ptx, "kernels", None)
+    if kernels is None:
+        raise TypeError(f"kernel {name}: its PTX is plain text, not a ptx.builder.PtxModule, so its parameter types "
+                        "are unknown: build it with ptx.builder.module, or wrap it in PtxModule(text, kernels={name: "
+                        "[(ptx type, array length or 0), ...]}) before compile_ptx")
+    if name not in kernels:
+        raise KeyError(f"no .entry {name} in the PTX (it has {', '.join(sorted(kernels)) or 'none'})")
+    return list(kernels[name])
 
 
 def device_pointer(obj) -> int:
@@ -72,7 +75,6 @@ def device_pointer(obj) -> int:
     handle = getattr(obj, "handle", None)  # cuda.core Buffer
     if handle is not None and hasattr(obj, "size"):
         return int(handle)
-    from ptx.arrays import as_device_view
     view = as_device_view(obj)
     if not view.on_device:
         raise TypeError(f"kernel argument: {type(obj).__name__} is not in device memory")
@@ -210,7 +212,7 @@ class Kernel:
     def __init__(self, cubin: Cubin, name: str):
         self.name = name
         self.cubin = cubin
-        self.params = parse_params(cubin.ptx, name) if cubin.ptx else None
+        self.params = kernel_params(cubin.ptx, name)
         self._packer = ArgumentPacker(self.params) if self.params and all(
             length or kind in _CTYPES for kind, length in self.params) else None
         devices.check(devices.driver().cuInit(0), "cuInit")
@@ -357,4 +359,4 @@ def synchronize(stream=None, *, device: int | None = None) -> None:
 
 
 __all__ = ["load_kernel", "Kernel", "PreparedLaunch", "copy_device_async", "ensure_context", "synchronize",
-           "parse_params", "pack_args", "ArgumentPacker", "launch_config", "device_pointer", "stream_handle"]
+           "kernel_params", "pack_args", "ArgumentPacker", "launch_config", "device_pointer", "stream_handle"]

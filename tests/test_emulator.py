@@ -414,4 +414,5 @@ def test_scalar_instructions():
                                         ("ops", scalar_kernel())])
 def test_kernels_assemble_for_sm90a(name, text):
     from ptx.compile import compile_ptx
-    assert name in compile_ptx(text).resources
+    assembler = "ptxas" if name == "ring" else "nvjitlink"  # written by hand; the ring moves registers (setmaxnreg)
+    assert name in compile_ptx(text, assembler=assembler).resources

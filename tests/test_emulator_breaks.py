@@ -128,7 +128,7 @@ def test_each_writer_must_fence_its_own_writes():
 
 def test_fence_kernel_assembles_for_sm90a():
     from ptx.compile import compile_ptx
-    assert "fenced" in compile_ptx(fence_kernel("all but 5")).resources
+    assert "fenced" in compile_ptx(fence_kernel("all but 5"), assembler="nvjitlink").resources
 
 
 # ------------------------------------------------------------------------------ wgmma waited for too late

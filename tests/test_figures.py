@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib")
 
 import lessons  # noqa: E402
 from lessons import figures  # noqa: E402
-from ptx.vocab import mma, tma  # noqa: E402
+from ptx.vocab import barriers, mma_sync, shared_memory  # noqa: E402
 from ptx.vocab import wgmma as w  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,11 +90,11 @@ def test_mma_fragment_maps_agree_with_the_emulated_mma():
     for lane in range(32):
         for e in range(4):
             for reg in range(4):
-                a_regs[lane, reg, e] = a.view(np.uint8)[mma.a_fragment_coords(lane, reg, e)]
+                a_regs[lane, reg, e] = a.view(np.uint8)[mma_sync.a_fragment_coords(lane, reg, e)]
             for reg in range(2):
-                b_regs[lane, reg, e] = b.view(np.uint8)[mma.b_fragment_coords(lane, reg, e)]
+                b_regs[lane, reg, e] = b.view(np.uint8)[mma_sync.b_fragment_coords(lane, reg, e)]
     d = np.zeros((32, 4), np.float32)
-    instruction = mma.mma_m16n8k32_e4m3(["%f0", "%f1", "%f2", "%f3"], ["%r1", "%r2", "%r3", "%r4"],
+    instruction = mma_sync.mma_m16n8k32_e4m3(["%f0", "%f1", "%f2", "%f3"], ["%r1", "%r2", "%r3", "%r4"],
                                         ["%r5", "%r6"], ["%f4"] * 4)
     ptx = f""".version 8.5
 .target sm_90a
@@ -131,7 +131,7 @@ ret;
     got = np.full((16, 8), np.nan, np.float32)
     for lane in range(32):
         for i in range(4):
-            got[mma.c_fragment_coords(lane, i)] = d[lane, i]
+            got[mma_sync.c_fragment_coords(lane, i)] = d[lane, i]
     np.testing.assert_array_equal(got, want)
 
 
@@ -149,7 +149,7 @@ def test_swizzle_is_a_bijection_and_ldmatrix_phases_are_conflict_free():
     for row in range(16):
         assert sorted(2 * swz["k_step"][row] + swz["half"][row]) == list(range(8))
     # within a 1024-byte atom swizzled_offset permutes the bytes
-    assert sorted(mma.swizzled_offset(r, k) for r in range(8) for k in range(128)) == list(range(1024))
+    assert sorted(shared_memory.swizzled_offset(r, k) for r in range(8) for k in range(128)) == list(range(1024))
     # each 8-lane phase of every ldmatrix the kernel issues hits 8 different 16-byte bank groups
     for ks in range(stage.K_STEPS):
         for warp_m in range(stage.WARPS_M):
@@ -255,7 +255,7 @@ def test_stage05_ptx_builds_the_drawn_descriptors(monkeypatch):
 
 
 def test_sw128_atom_is_a_permutation_matching_the_address_xor():
-    from ptx.emulate import tma as emulated_tma
+    from ptx.emulate import bulk_copies as emulated_tma
     layout = figures.sw128_layout()
     assert all(sorted(row) == list(range(8)) for row in layout)
     assert all(sorted(col) == list(range(8)) for col in layout.T)  # a chunk's 8 rows: 8 different bank groups
@@ -263,12 +263,12 @@ def test_sw128_atom_is_a_permutation_matching_the_address_xor():
     assert sorted(offsets) == list(range(w.SW128_ATOM_BYTES))
     linear = np.array([128 * r + k for r in range(8) for k in range(128)])
     assert offsets == emulated_tma._swizzle_128(linear).tolist()  # what the emulator's TMA and wgmma apply
-    assert offsets == [mma.swizzled_offset(r, k) for r in range(8) for k in range(128)]  # = stage 04's XOR
+    assert offsets == [shared_memory.swizzled_offset(r, k) for r in range(8) for k in range(128)]  # = stage 04's XOR
 
 
 @pytest.mark.parametrize("n", [8, 64, 128, 256])
 def test_accumulator_map_covers_the_tile_and_matches_the_emulator(n):
-    from ptx.emulate.warpgroup import _accumulator_layout
+    from ptx.emulate.async_proxy import _accumulator_layout
     data = figures.accumulator_map(n)
     assert (data["count"] == 1).all()
     rows, cols = _accumulator_layout(n)  # the emulator's own (ISA) formula, per thread and register
@@ -285,7 +285,7 @@ def ring(request):
 
 
 def test_traced_ring_follows_the_vocab_bookkeeping(ring):
-    """The parities the emulated PTX waits on are pipeline_slot / producer_wait_parity of ptx.vocab.tma: the
+    """The parities the emulated PTX waits on are pipeline_slot / producer_wait_parity of ptx.vocab.barriers: the
     full parity flips every `stages` K blocks, each stage is used round-robin."""
     name, trace = ring
     schedule = figures.ring_schedule(trace)
@@ -293,16 +293,16 @@ def test_traced_ring_follows_the_vocab_bookkeeping(ring):
     assert [x["j"] for x in loads] == list(range(trace.k_blocks))
     assert trace.k_blocks > s  # the ring wraps, so both parities occur
     for load in loads:
-        assert (load["stage"], load["full_parity"]) == tma.pipeline_slot(load["j"], s)
+        assert (load["stage"], load["full_parity"]) == barriers.pipeline_slot(load["j"], s)
         assert load["released"] is not None  # every stage use was released again
         if load["producer_parity"] is not None:
-            assert load["producer_parity"] == tma.producer_wait_parity(load["j"], s)
+            assert load["producer_parity"] == barriers.producer_wait_parity(load["j"], s)
     ahead = lessons.stage(6).Plan(*figures.LADDER_SHAPE).ahead if name == "stage06" else 0
     assert sum(x["producer_parity"] is None for x in loads) == ahead  # only stage 06's prologue loads unwaited
     for warpgroup in trace.math:
         mine = [u for u in uses if u["warpgroup"] == warpgroup]
         assert [u["i"] for u in mine] == list(range(trace.k_blocks))
-        assert [(u["stage"], u["parity"]) for u in mine] == [tma.pipeline_slot(i, s) for i in range(trace.k_blocks)]
+        assert [(u["stage"], u["parity"]) for u in mine] == [barriers.pipeline_slot(i, s) for i in range(trace.k_blocks)]
         assert all(u["release"] is not None and u["wgmma_done"] is not None for u in mine)
         flips = [i for i in range(1, trace.k_blocks) if mine[i]["parity"] != mine[i - 1]["parity"]]
         assert flips == list(range(s, trace.k_blocks, s))

@@ -17,7 +17,7 @@ from gemm.testing.problems import random_problem
 from ptx import device as devices
 from ptx import runtime
 from ptx.device import DeviceMismatchError
-from ptx.tma import TensorMap
+from ptx.tensor_maps import TensorMap
 
 SM_COUNTS = (132, 114, 78)  # three devices, so facts that came from the wrong one show
 BASE = 1 << 40  # device d's memory lives at [(d + 1) * BASE, (d + 2) * BASE)

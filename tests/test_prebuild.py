@@ -161,13 +161,13 @@ NOOP_PTX = ".version 8.5\n.target sm_90a\n.address_size 64\n.visible .entry noop
 def test_ptx_cache_survives_a_move(cache, tmp_path, monkeypatch):
     """The toolchain alone: a compile_ptx result read back from a moved directory."""
     source = NOOP_PTX + f"// relocation {os.urandom(8).hex()}\n"  # a key nobody compiled before
-    first = compile_module.compile_ptx(source)
+    first = compile_module.compile_ptx(source, assembler="nvjitlink")  # written by hand: the assembler is named
     moved = tmp_path / "moved"
     cache.rename(moved)
     assemblers_raise(monkeypatch)
     monkeypatch.setenv("FP8LADDER_CACHE_DIR", str(moved))
     compile_module.clear_memory_cache()
-    second = compile_module.compile_ptx(source)
+    second = compile_module.compile_ptx(source, assembler="nvjitlink")
     assert second.from_cache and second.image == first.image and second.resources == first.resources
 
 

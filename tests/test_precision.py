@@ -47,7 +47,7 @@ def test_the_model_is_off_by_default_and_only_inside_its_block():
 def test_the_exact_path_is_the_former_arithmetic_bit_for_bit(seed):
     """With the model off, one wgmma's update is what the emulator computed before the model existed:
     (sign * A @ B^T)[fragment] + accumulator in float64, rounded once to FP32."""
-    from ptx.emulate.warpgroup import _accumulator_layout
+    from ptx.emulate.async_proxy import _accumulator_layout
     rng = np.random.default_rng(seed)
     for n, sign, scale_d in ((256, 1, True), (64, -1, True), (16, 1, False)):
         a, b = e4m3_values(rng, (64, 32)), e4m3_values(rng, (n, 32))
@@ -66,7 +66,8 @@ def test_an_emulated_kernel_without_the_model_does_every_wgmma_as_before(seed, m
     """A real run (random data, so FP32 rounding happens), each wgmma checked against the former arithmetic."""
     from gemm.testing.emulated import run_gemm
     from gemm.testing.problems import random_problem
-    from ptx.emulate.warpgroup import Warpgroup, _accumulator_layout
+    from ptx.emulate.async_proxy import _accumulator_layout
+    from ptx.emulate.warpgroup import Warpgroup
     multiply, checked = Warpgroup._multiply, []
 
     def checking(self, acc, a_desc, b_desc, scale_d, n, sign):

@@ -1,5 +1,5 @@
 """The PTX toolchain on the CPU: nvJitLink compile + resources + caches, nvdisasm listing + patching, TMA
-argument checks, kernel-argument packing. The GPU half reuses tools/gpu_smoke.py's items, one test each."""
+argument checks, kernel-argument packing. The GPU half runs ptx.smoke's items (python -m ptx smoke), one test each."""
 import ctypes
 import json
 import os
@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 
 import ptx.compile as compile_module
+from ptx.builder import KernelBuilder, PtxModule, module
 from ptx.compile import PTXCompileError, compile_ptx, parse_resources
 from ptx.device import has_gpu
 from ptx.sass import disassemble, opcode_counts, patch_instruction, read_instruction
+from ptx.smoke import ITEMS as SMOKE_ITEMS
 
 REPO = Path(__file__).resolve().parents[1]
 
-SCALE_PTX = """.version 8.5
+SCALE_PTX = PtxModule(""".version 8.5
 .target sm_90a
 .address_size 64
 .visible .entry scale(.param .u64 data, .param .f32 factor, .param .u32 count)
@@ -34,12 +36,12 @@ SCALE_PTX = """.version 8.5
 $done:
     ret;
 }
-"""
+""", {"scale": [("u64", 0), ("f32", 0), ("u32", 0)]})  # written by hand: its parameters stated, not parsed
 
 
-def unique_ptx(tag: str) -> str:
+def unique_ptx(tag: str) -> PtxModule:
     """A PTX module nobody compiled before (a comment changes the cache key, not the code)."""
-    return SCALE_PTX + f"// {tag} {os.urandom(8).hex()}\n"
+    return PtxModule(SCALE_PTX + f"// {tag} {os.urandom(8).hex()}\n", SCALE_PTX.kernels)
 
 
 @pytest.fixture
@@ -122,7 +124,7 @@ base = open(sys.argv[1]).read()
 for round in range(6):
     for variant in range(4):
         c.clear_memory_cache()
-        c.compile_ptx(base + f"// variant {variant}\\n")
+        c.compile_ptx(base + f"// variant {variant}\\n", assembler="nvjitlink")
 """
 
 
@@ -145,13 +147,13 @@ def test_concurrent_writers_leave_a_valid_cache(cache_dir, tmp_path):
         assert hashlib.sha256(image).hexdigest() == report["image_sha256"]
     compile_module.clear_memory_cache()
     for variant in range(4):
-        assert compile_ptx(source_file.read_text() + f"// variant {variant}\n").from_cache
+        assert compile_ptx(source_file.read_text() + f"// variant {variant}\n", assembler="nvjitlink").from_cache
 
 
 def test_compile_error_names_the_line(cache_dir):
     broken = unique_ptx("broken").replace("mul.f32 %f2, %f2, %f1;", "mul.f32 %f2, %f9, %f1;")
     with pytest.raises(PTXCompileError) as caught:
-        compile_ptx(broken)
+        compile_ptx(broken, assembler="nvjitlink")  # str.replace made plain text: the assembler is named
     error = caught.value
     line = next(i + 1 for i, text in enumerate(broken.splitlines()) if "%f9" in text)
     assert error.lines == [line]
@@ -213,7 +215,7 @@ def test_patch_rejects_bad_targets(scale_cubin):
 
 
 # -- TMA argument checks (no GPU: they fail before the driver is called) ----------------------------
-from ptx.tma import TensorMap, tensor_map_2d, validate_2d  # noqa: E402
+from ptx.tensor_maps import TensorMap, tensor_map_2d, validate_2d  # noqa: E402
 
 GOOD = dict(ptr=0x7F0000000000, dtype=np.uint8, shape=(256, 512), row_stride_bytes=512, box=(64, 128), swizzle=128)
 
@@ -253,16 +255,20 @@ def test_tensor_map_is_128_bytes():
 
 # -- kernel arguments (packed on the CPU; launched on the GPU) ---------------------------------------
 def test_runtime_imports_without_a_gpu():
-    result = subprocess.run([sys.executable, "-c", "import ptx.runtime, ptx.tma, ptx.sass, ptx.compile"],
+    result = subprocess.run([sys.executable, "-c", "import ptx.runtime, ptx.tensor_maps, ptx.sass, ptx.compile"],
                             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
-def test_params_are_read_from_the_ptx_and_packed_by_type():
-    from ptx.runtime import pack_args, parse_params
-    source = SCALE_PTX.replace(".param .u64 data,", ".param .u64 data, .param .align 64 .b8 tmap[128],")
-    params = parse_params(source, "scale")
+def test_params_come_from_the_builder_and_are_packed_by_type():
+    from ptx.runtime import kernel_params, pack_args
+    k = KernelBuilder("scale", params=[("u64", "data"), ("tmap", "tmap"), ("f32", "factor"), ("u32", "count")])
+    params = kernel_params(module([k]), "scale")
     assert params == [("u64", 0), ("b8", 128), ("f32", 0), ("u32", 0)]
+    with pytest.raises(KeyError, match="no .entry other"):
+        kernel_params(module([k]), "other")
+    with pytest.raises(TypeError, match="plain text"):
+        kernel_params(str(module([k])), "scale")
     tensor_map = TensorMap(bytes(range(128)), np.dtype(np.uint8), (1, 16), (1, 16), 0)
     storage, pointers = pack_args(params, [0x1234, tensor_map, 2.5, 7])
     assert [ctypes.sizeof(s) for s in storage] == [8, 128, 4, 4]
@@ -311,14 +317,14 @@ def _driver_library_present() -> bool:
                     reason="no-driver check (with a driver these calls would run on null handles)")
 def test_driver_calls_accept_our_argument_types(scale_cubin):
     from cuda.bindings import driver
-    from ptx.runtime import launch_config, pack_args, parse_params
-    from ptx.tma import _data_type, _encode
+    from ptx.runtime import kernel_params, launch_config, pack_args
+    from ptx.tensor_maps import _data_type, _encode
     config = launch_config((4, 2), (128, 1), shared_bytes=200 * 1024, cluster=(2, 1), stream=5)
     assert (config.gridDimX, config.gridDimY, config.blockDimX, config.sharedMemBytes) == (4, 2, 128, 200 * 1024)
     assert config.numAttrs == 1 and config.attrs[0].value.clusterDim.x == 2
     with pytest.raises(ValueError, match="multiple of the cluster"):
         launch_config(3, 128, cluster=2)
-    storage, pointers = pack_args(parse_params(SCALE_PTX, "scale"), [0x1000, 2.0, 5])
+    storage, pointers = pack_args(kernel_params(SCALE_PTX, "scale"), [0x1000, 2.0, 5])
     _types_accepted(lambda: driver.cuLaunchKernelEx(config, driver.CUfunction(0), ctypes.addressof(pointers), 0))
     attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     _types_accepted(lambda: driver.cuFuncSetAttribute(driver.CUfunction(0), attribute, 200 * 1024))
@@ -332,14 +338,8 @@ def test_driver_calls_accept_our_argument_types(scale_cubin):
 
 
 # -- on the GPU: the smoke items, one test each ------------------------------------------------------
-def _smoke_items():
-    sys.path.insert(0, str(REPO))
-    from tools import gpu_smoke
-    return gpu_smoke.ITEMS
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("name, item", _smoke_items(), ids=[n for n, _ in _smoke_items()])
+@pytest.mark.parametrize("name, item", SMOKE_ITEMS, ids=[n for n, _ in SMOKE_ITEMS])
 def test_runtime_on_gpu(name, item):
     detail = item()
     print(f"{name}: {detail}")
@@ -351,7 +351,7 @@ def test_argument_packer_writes_what_pack_args_writes():
     import ctypes
 
     from ptx.runtime import ArgumentPacker, pack_args
-    from ptx.tma import TensorMap
+    from ptx.tensor_maps import TensorMap
     params = [("b8", 128), ("b8", 128), ("u64", 0), ("u32", 0), ("f32", 0)]
     packer = ArgumentPacker(params)
     for seed in range(3):

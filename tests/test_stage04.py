@@ -1,7 +1,7 @@
 """Stage 04 (mma.sync).
 
 CPU: fragment-layout math vs the PTX ISA tables; the generated PTX assembled for sm_90a (no spills, the
-expected SASS opcodes); the generated PTX *run* by tests/ptx_emulator.py against the float64 reference.
+expected SASS opcodes); the generated PTX *run* by ptx.emulate.lockstep against the float64 reference.
 GPU (H100): an exact small-integer debug case, all 18 DeepSeek shapes (M=4096 ones marked slow), ragged
 shapes, and replay inside a CUDA graph."""
 import sys
@@ -13,10 +13,10 @@ import pytest
 import lessons
 from gemm.fp8 import align, bf16_to_float, calc_diff
 from gemm.testing.problems import random_problem, reference_gemm
-from ptx.vocab import mma as v
+from ptx.vocab import async_copies, mma_sync, shared_memory
 
 stage = lessons.stage(4)
-sys.path.insert(0, str(Path(__file__).parent))  # tests/ptx_emulator.py, tests/tc_checks.py
+sys.path.insert(0, str(Path(__file__).parent))  # tests/tc_checks.py
 from tc_checks import (BF16_NAN, RAGGED_SHAPES, assert_exact, assert_graph_replay,  # noqa: E402
                        assert_no_unwritten, check_against_reference, mma_sync_places, run_on_gpu, sa_storage,
                        small_integer_problem)
@@ -45,22 +45,22 @@ def isa_c(lane, i):
 def test_fragment_layouts_match_the_isa_formulas():
     for lane in range(32):
         for i in range(16):
-            assert v.a_fragment_coords(lane, i // 4, i % 4) == isa_a(lane, i)
+            assert mma_sync.a_fragment_coords(lane, i // 4, i % 4) == isa_a(lane, i)
         for i in range(8):
             k, n = isa_b(lane, i)
-            assert v.b_fragment_coords(lane, i // 4, i % 4) == (n, k)
+            assert mma_sync.b_fragment_coords(lane, i // 4, i % 4) == (n, k)
         for i in range(4):
-            assert v.c_fragment_coords(lane, i) == isa_c(lane, i)
+            assert mma_sync.c_fragment_coords(lane, i) == isa_c(lane, i)
 
 
 def test_fragment_layouts_spot_values_from_the_isa_figures():
     # lane 5: groupID 1, threadID_in_group 1
-    assert [v.a_fragment_coords(5, r, 0) for r in range(4)] == [(1, 4), (9, 4), (1, 20), (9, 20)]
-    assert [v.b_fragment_coords(5, r, 3) for r in range(2)] == [(1, 7), (1, 23)]
-    assert [v.c_fragment_coords(31, i) for i in range(4)] == [(7, 6), (7, 7), (15, 6), (15, 7)]
+    assert [mma_sync.a_fragment_coords(5, r, 0) for r in range(4)] == [(1, 4), (9, 4), (1, 20), (9, 20)]
+    assert [mma_sync.b_fragment_coords(5, r, 3) for r in range(2)] == [(1, 7), (1, 23)]
+    assert [mma_sync.c_fragment_coords(31, i) for i in range(4)] == [(7, 6), (7, 7), (15, 6), (15, 7)]
 
 
-@pytest.mark.parametrize("coords, shape", [(v.a_fragment_coords, (16, 32)), (v.b_fragment_coords, (8, 32))])
+@pytest.mark.parametrize("coords, shape", [(mma_sync.a_fragment_coords, (16, 32)), (mma_sync.b_fragment_coords, (8, 32))])
 def test_every_element_is_held_exactly_once(coords, shape):
     registers = 4 if shape[0] == 16 else 2
     held = [coords(lane, r, byte) for lane in range(32) for r in range(registers) for byte in range(4)]
@@ -70,8 +70,8 @@ def test_every_element_is_held_exactly_once(coords, shape):
 def _through_ldmatrix(source, lane, register, byte):
     """Which (row, k) of the tile lands in byte `byte` of result `register` of `lane`, by the ldmatrix rules:
     result register j is matrix j; matrix j's row r is the 16 bytes at the address lane 8j + r supplied."""
-    row_in_matrix, byte_in_row = v.ldmatrix_received(lane, byte)
-    supplier = next(s for s in range(32) if v.ldmatrix_x4_address_role(s) == (register, row_in_matrix))
+    row_in_matrix, byte_in_row = mma_sync.ldmatrix_received(lane, byte)
+    supplier = next(s for s in range(32) if mma_sync.ldmatrix_x4_address_role(s) == (register, row_in_matrix))
     row, k_byte = source(supplier)
     return row, k_byte + byte_in_row
 
@@ -80,23 +80,23 @@ def test_ldmatrix_addressing_yields_the_a_fragment():
     for lane in range(32):
         for reg in range(4):
             for byte in range(4):
-                assert _through_ldmatrix(v.a_ldmatrix_source, lane, reg, byte) == v.a_fragment_coords(lane, reg, byte)
+                assert _through_ldmatrix(mma_sync.a_ldmatrix_source, lane, reg, byte) == mma_sync.a_fragment_coords(lane, reg, byte)
 
 
 def test_ldmatrix_addressing_yields_two_b_fragments():
     for lane in range(32):
         for reg in range(4):  # registers 0, 1: first n8 tile; 2, 3: second (n + 8)
             for byte in range(4):
-                n, k = v.b_fragment_coords(lane, reg % 2, byte)
-                assert _through_ldmatrix(v.b_ldmatrix_source, lane, reg, byte) == (n + 8 * (reg // 2), k)
+                n, k = mma_sync.b_fragment_coords(lane, reg % 2, byte)
+                assert _through_ldmatrix(mma_sync.b_ldmatrix_source, lane, reg, byte) == (n + 8 * (reg // 2), k)
 
 
 def test_swizzle_is_a_permutation_and_ldmatrix_phases_are_conflict_free():
-    offsets = {v.swizzled_offset(row, chunk * 16) for row in range(128) for chunk in range(8)}
+    offsets = {shared_memory.swizzled_offset(row, chunk * 16) for row in range(128) for chunk in range(8)}
     assert offsets == set(range(0, 128 * 128, 16))
     for first_row in range(0, 128, 8):
         for chunk in range(8):  # one ldmatrix phase: 8 consecutive rows at the same logical chunk
-            banks = {(v.swizzled_offset(first_row + r, chunk * 16) // 16) % 8 for r in range(8)}
+            banks = {(shared_memory.swizzled_offset(first_row + r, chunk * 16) // 16) % 8 for r in range(8)}
             assert len(banks) == 8
 
 
@@ -104,18 +104,18 @@ def test_generator_address_math_matches_the_swizzled_layout():
     for tid in range(stage.THREADS):
         for p in range(stage.LOAD_PASSES):
             row, chunk = stage.load_slot(tid, p)
-            assert stage.load_shared_offset(tid, p) == v.swizzled_offset(row, 16 * chunk)
+            assert stage.load_shared_offset(tid, p) == shared_memory.swizzled_offset(row, 16 * chunk)
     for lane in range(32):
         for ks in range(stage.K_STEPS):
             for warp_m in range(stage.WARPS_M):
                 for mt in range(stage.M_TILES):
-                    row, k_byte = v.a_ldmatrix_source(lane)
-                    expected = v.swizzled_offset(warp_m * 64 + mt * 16 + row, 32 * ks + k_byte)
+                    row, k_byte = mma_sync.a_ldmatrix_source(lane)
+                    expected = shared_memory.swizzled_offset(warp_m * 64 + mt * 16 + row, 32 * ks + k_byte)
                     assert stage.a_fragment_offset(warp_m, lane, mt, ks) == expected
             for warp_n in range(stage.WARPS_N):
                 for pair in range(stage.N_TILES // 2):
-                    n, k_byte = v.b_ldmatrix_source(lane)
-                    expected = v.swizzled_offset(warp_n * 32 + pair * 16 + n, 32 * ks + k_byte)
+                    n, k_byte = mma_sync.b_ldmatrix_source(lane)
+                    expected = shared_memory.swizzled_offset(warp_n * 32 + pair * 16 + n, 32 * ks + k_byte)
                     assert stage.b_fragment_offset(warp_n, lane, pair, ks) == expected
 
 
@@ -142,7 +142,7 @@ def test_emulated_block_delivers_the_right_fragments(rng):
                 for lane in range(32):
                     for reg in range(4):
                         for byte in range(4):
-                            row, k = v.a_fragment_coords(lane, reg, byte)
+                            row, k = mma_sync.a_fragment_coords(lane, reg, byte)
                             assert regs[lane][reg][byte] == tile[warp_m * 64 + mt * 16 + row, 32 * ks + k]
         for warp_n in range(stage.WARPS_N):
             for pair in range(stage.N_TILES // 2):
@@ -150,18 +150,18 @@ def test_emulated_block_delivers_the_right_fragments(rng):
                 for lane in range(32):
                     for reg in range(4):
                         for byte in range(4):
-                            n, k = v.b_fragment_coords(lane, reg % 2, byte)
+                            n, k = mma_sync.b_fragment_coords(lane, reg % 2, byte)
                             n_tile = 2 * pair + reg // 2
                             assert regs[lane][reg][byte] == tile[warp_n * 32 + n_tile * 8 + n, 32 * ks + k]
 
 
 def test_idioms_text():
-    assert v.cp_async_16("%r1", "%rd2", 16, src_size="%r3", predicate="%p1") == \
+    assert async_copies.cp_async_16("%r1", "%rd2", 16, src_size="%r3", predicate="%p1") == \
         "@%p1 cp.async.cg.shared.global [%r1+16], [%rd2], 16, %r3;"
-    assert v.cp_async_wait(1) == "cp.async.wait_group 1;"
-    assert v.ldmatrix_x4(["%a", "%b", "%c", "%d"], "%r", 2048) == \
+    assert async_copies.cp_async_wait(1) == "cp.async.wait_group 1;"
+    assert mma_sync.ldmatrix_x4(["%a", "%b", "%c", "%d"], "%r", 2048) == \
         "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%a, %b, %c, %d}, [%r+2048];"
-    assert v.mma_m16n8k32_e4m3(list("dddd"), list("aaaa"), list("bb"), list("cccc")).startswith(
+    assert mma_sync.mma_m16n8k32_e4m3(list("dddd"), list("aaaa"), list("bb"), list("cccc")).startswith(
         "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {d, d, d, d}, {a, a, a, a}, {b, b}")
 
 
@@ -212,8 +212,8 @@ def test_stage_contract():
 
 # ------------------------------------------------------------------------------ the PTX text, run on the CPU
 def _emulate(a, sa, b, sb):
-    """Run the generated PTX in tests/ptx_emulator.py; returns D as float32 (NaN where never written)."""
-    from ptx_emulator import run_kernel
+    """Run the generated PTX in ptx.emulate.lockstep; returns D as float32 (NaN where never written)."""
+    from ptx.emulate.lockstep import run_kernel
     m, k = a.shape
     n = b.shape[0]
     d = np.full((m, n), BF16_NAN, np.uint16)

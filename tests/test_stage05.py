@@ -1,5 +1,5 @@
 """Stage 05 (wgmma): assembles for sm_90a without spills and with QGMMA (CPU), runs correctly in the CPU
-emulator of tests/wgmma_emulator.py (CPU), and matches the float64 reference on an H100 (GPU): an exact
+emulator of ptx.emulate (CPU), and matches the float64 reference on an H100 (GPU): an exact
 one-block debug case first, then all 18 DeepSeek shapes and ragged shapes with NaN-poisoned outputs."""
 import sys
 from pathlib import Path
@@ -12,7 +12,7 @@ from gemm.fp8 import align, bf16_to_float, calc_diff
 from gemm.testing.problems import random_problem, reference_gemm
 from ptx.vocab import wgmma as w
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/ptx_emulator.py, tests/tc_checks.py
+sys.path.insert(0, str(Path(__file__).parent))  # tests/tc_checks.py
 from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel, on_fake_device,  # noqa: E402
                        assemble, assert_clean_resources, assert_exact, assert_no_unwritten, check_against_reference,
                        run_on_gpu, sa_storage, small_integer_problem)
@@ -51,7 +51,7 @@ def test_shared_memory_plan_keeps_tiles_aligned():
 
 
 def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
-    from ptx.runtime import parse_params
+    from ptx.runtime import kernel_params
     m, n, k = 100, 2112, 512
     a, sa, b, sb = random_problem(m, n, k, rng)  # sa: M-major view of (Kb, align(M, 4)) storage
     d = np.zeros((m, n), np.uint16)
@@ -63,12 +63,12 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
     assert call["shared_bytes"] == stage.SHARED_BYTES and call["stream"] == 7
     pointers = [x.__array_interface__["data"][0] for x in (a, sa, b, sb, d)]
     assert call["args"] == [*pointers, align(m, 4)]
-    assert [t for t, _ in parse_params(stage.generate(m, n, k), stage.KERNEL)] == ["u64"] * 5 + ["u32"]
+    assert [t for t, _ in kernel_params(stage.generate(m, n, k), stage.KERNEL)] == ["u64"] * 5 + ["u32"]
 
 
 # ------------------------------------------------------------------------------ CPU: the PTX, emulated
 def emulate(module, a, sa, b, sb):
-    from wgmma_emulator import run_kernel
+    from ptx.emulate import run_kernel
     m, k = a.shape
     n = b.shape[0]
     d = np.full((m, n), BF16_NAN, np.uint16)

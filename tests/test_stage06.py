@@ -11,7 +11,7 @@ import lessons
 from gemm.fp8 import align, bf16_to_float, calc_diff
 from gemm.testing.problems import random_problem, reference_gemm
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/wgmma_emulator.py, tests/tc_checks.py
+sys.path.insert(0, str(Path(__file__).parent))  # tests/tc_checks.py
 from tc_checks import (ASSEMBLY_SHAPES, BF16_NAN, RAGGED_SHAPES, RecordingKernel, on_fake_device,  # noqa: E402
                        assemble, assert_clean_resources, assert_exact, assert_graph_replay, assert_no_unwritten,
                        check_against_reference, run_on_gpu, sa_storage, small_integer_problem)
@@ -57,8 +57,8 @@ def test_k_must_be_a_multiple_of_128():
 
 
 def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
-    import ptx.tma
-    from ptx.runtime import parse_params
+    import ptx.tensor_maps
+    from ptx.runtime import kernel_params
     m, n, k = 100, 2112, 512
     a, sa, b, sb = random_problem(m, n, k, rng)  # sa: M-major view of (Kb, align(M, 4)) storage
     d = np.zeros((m, n), np.uint16)
@@ -66,10 +66,10 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
 
     def fake_tensor_map_2d(ptr, dtype, shape, row_stride_bytes, box, swizzle=128):
         encoded.append((ptr, np.dtype(dtype), shape, row_stride_bytes, box, swizzle))
-        return ptx.tma.TensorMap(bytes(128), np.dtype(dtype), shape, box, swizzle)
+        return ptx.tensor_maps.TensorMap(bytes(128), np.dtype(dtype), shape, box, swizzle)
 
     monkeypatch.setattr(stage, "_kernel", lambda *shape: (kernel, plan))
-    monkeypatch.setattr(ptx.tma, "tensor_map_2d", fake_tensor_map_2d)
+    monkeypatch.setattr(ptx.tensor_maps, "tensor_map_2d", fake_tensor_map_2d)
     stage._tensor_maps.cache_clear()
     stage.gemm(*map(on_fake_device, (a, sa, b, sb, d)))
     stage._tensor_maps.cache_clear()
@@ -82,13 +82,13 @@ def test_gemm_launches_with_the_kernel_signature(monkeypatch, rng):
     ]
     assert call["grid"] == plan.grid and call["block"] == plan.threads and call["shared_bytes"] == plan.shared_bytes
     assert call["args"][3:] == [pointer(sb), pointer(d)]
-    assert all(isinstance(x, ptx.tma.TensorMap) for x in call["args"][:3])
-    assert parse_params(stage.generate(m, n, k), stage.KERNEL) == [("b8", 128)] * 3 + [("u64", 0)] * 2
+    assert all(isinstance(x, ptx.tensor_maps.TensorMap) for x in call["args"][:3])
+    assert kernel_params(stage.generate(m, n, k), stage.KERNEL) == [("b8", 128)] * 3 + [("u64", 0)] * 2
 
 
 # ------------------------------------------------------------------------------ CPU: the PTX, emulated
 def emulate(a, sa, b, sb, blocks=None):
-    from wgmma_emulator import FakeTensorMap, run_kernel
+    from ptx.emulate import FakeTensorMap, run_kernel
     m, k = a.shape
     n = b.shape[0]
     plan = stage.Plan(m, n, k, blocks)

@@ -1,9 +1,9 @@
-"""ptx.vocab.wgmma and ptx.vocab.tma against values worked out by hand from the PTX ISA (8.5) tables, and the
+"""ptx.vocab.wgmma, ptx.vocab.barriers and ptx.vocab.bulk_copies against values worked out by hand from the PTX ISA (8.5) tables, and the
 pipeline bookkeeping against a model of mbarrier phases."""
 import pytest
 
-from lessons.wgmma_common import store_slots
-from ptx.vocab import tma as t
+from gemm.kernel.math_warpgroups import store_slots
+from ptx.vocab import barriers, bulk_copies
 from ptx.vocab import wgmma as w
 
 
@@ -93,8 +93,8 @@ def test_epilogue_copies_each_staged_element_once(block_n, vec):
 
 # ------------------------------------------------------------------------------ pipeline bookkeeping
 def test_pipeline_slots_by_hand():
-    assert [t.pipeline_slot(i, 3) for i in range(8)] == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (0, 0), (1, 0)]
-    assert [t.producer_wait_parity(j, 3) for j in range(9)] == [1, 1, 1, 0, 0, 0, 1, 1, 1]
+    assert [barriers.pipeline_slot(i, 3) for i in range(8)] == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (0, 0), (1, 0)]
+    assert [barriers.producer_wait_parity(j, 3) for j in range(9)] == [1, 1, 1, 0, 0, 0, 1, 1, 1]
 
 
 class PhaseModel:
@@ -111,7 +111,7 @@ class PhaseModel:
 @pytest.mark.parametrize("stages", [2, 3, 4, 6, 8])
 def test_waits_pass_exactly_when_the_awaited_phase_completed(stages):
     for i in range(5 * stages):
-        stage, parity = t.pipeline_slot(i, stages)
+        stage, parity = barriers.pipeline_slot(i, stages)
         full = PhaseModel()
         full.completed = i // stages + 1  # the loads of i are the (i // S)-th filling of its stage
         assert full.try_wait_parity(parity)
@@ -119,30 +119,30 @@ def test_waits_pass_exactly_when_the_awaited_phase_completed(stages):
         assert not full.try_wait_parity(parity)
         empty = PhaseModel()
         empty.completed = i // stages  # releases of i - S, i - 2S, ... have happened
-        assert empty.try_wait_parity(t.producer_wait_parity(i, stages))
+        assert empty.try_wait_parity(barriers.producer_wait_parity(i, stages))
         if i >= stages:
             empty.completed = i // stages - 1  # the release of i - S is missing: must wait
-            assert not empty.try_wait_parity(t.producer_wait_parity(i, stages))
+            assert not empty.try_wait_parity(barriers.producer_wait_parity(i, stages))
 
 
 @pytest.mark.parametrize("stages, start", [(3, 0), (6, 4), (8, 6), (2, 1)])
 def test_loop_counters_follow_the_formulas(stages, start):
     """The PTX keeps (stage, parity) registers and advances them; they must equal the closed forms."""
     c_stage, c_parity = 0, 0
-    p_stage, p_parity = start % stages, t.producer_wait_parity(start, stages)
+    p_stage, p_parity = start % stages, barriers.producer_wait_parity(start, stages)
     for i in range(4 * stages):
-        assert (c_stage, c_parity) == t.pipeline_slot(i, stages)
+        assert (c_stage, c_parity) == barriers.pipeline_slot(i, stages)
         j = i + start
-        assert (p_stage, p_parity) == (j % stages, t.producer_wait_parity(j, stages))
-        c_stage, c_parity = t.advance(c_stage, c_parity, stages)
-        p_stage, p_parity = t.advance(p_stage, p_parity, stages)
+        assert (p_stage, p_parity) == (j % stages, barriers.producer_wait_parity(j, stages))
+        c_stage, c_parity = barriers.advance(c_stage, c_parity, stages)
+        p_stage, p_parity = barriers.advance(p_stage, p_parity, stages)
 
 
 def test_tma_and_mbarrier_text():
-    assert t.tma_load_2d("%r1", "%rd1", "%r2", "%r3", "%r4") == (
+    assert bulk_copies.tma_load_2d("%r1", "%rd1", "%r2", "%r3", "%r4") == (
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2, %r3}], [%r4];")
-    assert t.mbarrier_arrive_expect_tx("%r1", 1024) == "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r1], 1024;"
-    assert t.tensormap_address("%rd1", "k_param_tmap").splitlines() == [
+    assert barriers.mbarrier_arrive_expect_tx("%r1", 1024) == "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r1], 1024;"
+    assert bulk_copies.tensormap_address("%rd1", "k_param_tmap").splitlines() == [
         "mov.b64 %rd1, k_param_tmap;", "cvta.param.u64 %rd1, %rd1;"]
-    loop = t.mbarrier_wait_parity("%r1", "%r2", "%p1", "$w_1").splitlines()
+    loop = barriers.mbarrier_wait_parity("%r1", "%r2", "%p1", "$w_1").splitlines()
     assert loop == ["$w_1:", "mbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], %r2;", "@!%p1 bra $w_1;"]

@@ -20,7 +20,7 @@ for part in "$@"; do
     env)    echo "ptxas: $(command -v ptxas || echo /usr/local/cuda/bin/ptxas) $(ptxas --version 2>/dev/null | tail -1)"
             nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,driver_version --format=csv
             $PY -c "import numba_cuda, cuda.core, cuda.bindings, torch; print('numba-cuda', numba_cuda.__version__, 'cuda-core', cuda.core.__version__, 'cuda-bindings', cuda.bindings.__version__, 'torch', torch.__version__)" ;;
-    smoke)  $PY tools/gpu_smoke.py 2>&1 | tee "$OUT/smoke.log" ;;
+    smoke)  $PY -m ptx smoke 2>&1 | tee "$OUT/smoke.log" ;;
     quick)  $PY -m pytest -q -m "gpu and not slow" -p no:cacheprovider --timeout=240 --maxfail=30 \
               ${TESTS:-tests} 2>&1 | tee "$OUT/pytest_quick.log" | tail -60 ;;
     tests)  $PY -m pytest -q -m gpu -p no:cacheprovider --timeout=300 --junitxml="$OUT/junit.xml" \

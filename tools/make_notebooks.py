@@ -595,7 +595,7 @@ INTRO_06 = """\
 
 **The one idea:** stop spending threads on loads. The Tensor Memory Accelerator copies a whole tile with
 one instruction, `cp.async.bulk.tensor.2d`, described by a 128-byte tensor map built on the host
-(`ptx.tma.tensor_map_2d`); the tile lands in shared memory already in the 128-byte-swizzled layout wgmma
+(`ptx.tensor_maps.tensor_map_2d`); the tile lands in shared memory already in the 128-byte-swizzled layout wgmma
 reads, rows past M or N zero-filled, and the copy reports completion to an `mbarrier` by counting bytes. A
 ring of S stages, each guarded by a *full* barrier (the producer arrives with `expect_tx` = the stage's byte
 count; the TMA engine completes the transaction) and an *empty* barrier (each math warp arrives when its
@@ -810,12 +810,12 @@ A schematic of S = 4 stages over 10 K blocks (durations are made up; the order a
 The producer may load K block i into stage i mod 4 once the math warpgroups released K block i − 4 from it;
 it polls the stage's *empty* barrier with parity `producer_wait_parity(i, S)`, which starts at 1 (a fresh
 barrier counts as having completed the phase before phase 0). The math warpgroups poll *full* with the
-parity of `pipeline_slot(i, S)`, which flips each time the ring wraps. Both come from `ptx.vocab.tma`, the
+parity of `pipeline_slot(i, S)`, which flips each time the ring wraps. Both come from `ptx.vocab.barriers`, the
 same functions whose PTX the generator emits. Note the release *before* the promotion: the next copy
 into the stage starts while the FFMAs run."""),
     code('''\
 import matplotlib.pyplot as plt
-from ptx.vocab.tma import pipeline_slot, producer_wait_parity
+from ptx.vocab.barriers import pipeline_slot, producer_wait_parity
 
 S, K_BLOCKS = 4, 10
 COPY, MMA, PROMOTE, ISSUE = 3.0, 1.0, 0.6, 0.2  # schematic durations (arbitrary units)

@@ -20,8 +20,7 @@ from __future__ import annotations
 from gemm.kernel.config import KernelConfig, SharedPlan, tma_store_box_columns
 from gemm.kernel.math_warpgroups import MathWarpgroups
 from ptx.builder import KernelBuilder
-from ptx.vocab import core
-from ptx.vocab import tma as t
+from ptx.vocab import barriers, bulk_copies, core
 from ptx.vocab import wgmma as w
 
 MATH_BARRIER = 1  # named barrier of the math warpgroups (0 is the whole CTA's; the producer's threads have exited)
@@ -162,11 +161,11 @@ class TmaEpilogue:
             for col_pass in range(col_passes):
                 # the buffer is free once the stores issued from it (the previous tile's, or this tile's previous
                 # pass) have read it
-                e(f"@{self.store_thread} {t.bulk_wait_group(0, read_only=True)}", math_barrier(c))
+                e(f"@{self.store_thread} {bulk_copies.bulk_wait_group(0, read_only=True)}", math_barrier(c))
                 first_group = col_pass * self.buffer_cols // 8
                 self._write(waves[row_pass * per_pass:(row_pass + 1) * per_pass],
                             range(first_group, first_group + self.buffer_cols // 8))
-                e(t.fence_proxy_async(), math_barrier(c))  # every warp's shared writes visible to the TMA unit
+                e(barriers.fence_proxy_async(), math_barrier(c))  # every warp's shared writes visible to the TMA unit
                 if bound is None:
                     self._issue_stores(m0, n0, row_pass * self.buffer_rows, col_pass * self.buffer_cols)
                 else:
@@ -234,12 +233,12 @@ class TmaEpilogue:
         if row0:
             y = b.reg("u32")
             e(f"add.u32 {y}, {m0}, {row0};")
-        store = t.tma_reduce_add_2d if c.accumulate else t.tma_store_2d
+        store = bulk_copies.tma_reduce_add_2d if c.accumulate else bulk_copies.tma_store_2d
         for atom in range(self.buffer_cols // self.atom_cols):
             x = b.reg("u32")
             e(f"add.u32 {x}, {n0}, {col0 + atom * self.atom_cols};",
               store(self.tmap_d, x, y, f"{self.tile}+{atom * self.buffer_rows * self.row_bytes}"))
-        e(t.bulk_commit_group())
+        e(bulk_copies.bulk_commit_group())
         b.place(skip)
 
     def _write(self, waves, groups) -> None:
@@ -263,7 +262,7 @@ class TmaEpilogue:
     def finish(self) -> None:
         """Before exit: the last stores must have read shared memory; their global writes need no wait (the
         copy engine completes them; kernel completion orders them before later work, as CUTLASS relies on)."""
-        self.b.emit(f"@{self.store_thread} {t.bulk_wait_group(0, read_only=True)}")
+        self.b.emit(f"@{self.store_thread} {bulk_copies.bulk_wait_group(0, read_only=True)}")
 
 
 __all__ = ["StagedEpilogue", "TmaEpilogue", "d_tile_offset", "MATH_BARRIER"]

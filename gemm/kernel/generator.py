@@ -27,9 +27,7 @@ from gemm.kernel.math_warpgroups import MathWarpgroups
 from gemm.kernel.producer import InlineProducer, Ring, WarpgroupProducer
 from gemm.kernel.tile_scheduler import TileScheduler
 from ptx.builder import KernelBuilder, module
-from ptx.vocab import core
-from ptx.vocab import mma as memory
-from ptx.vocab import tma as t
+from ptx.vocab import barriers, bulk_copies, core, shared_memory
 from ptx.vocab import wgmma as w
 
 KERNEL = "fp8_gemm"
@@ -63,7 +61,7 @@ class _Kernel:
     def setup(self) -> None:
         b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
         self.tid, self.smem, self.m = r("u32", "tid"), r("u32", "smem"), r("u32", "m")
-        e(f"mov.u32 {self.tid}, %tid.x;", memory.shared_address_of(self.smem, SMEM),
+        e(f"mov.u32 {self.tid}, %tid.x;", shared_memory.shared_address_of(self.smem, SMEM),
           # TMA's 128B swizzle and wgmma's descriptors both assume 1024-byte aligned tiles
           f"add.u32 {self.smem}, {self.smem}, 1023;", f"and.b32 {self.smem}, {self.smem}, -1024;",
           f"ld.param.u32 {self.m}, [{b.param('m')}];")
@@ -71,7 +69,7 @@ class _Kernel:
         for kind, name in kernel_params(c):
             if kind == "tmap":
                 self.tmaps[name] = r("u64", name)
-                e(t.tensormap_address(self.tmaps[name], b.param(name)))
+                e(bulk_copies.tensormap_address(self.tmaps[name], b.param(name)))
         self.sb, self.d = r("u64", "ptr_sb"), r("u64", "ptr_d")
         e(core.global_pointer_param(self.sb, b.param("sb")), core.global_pointer_param(self.d, b.param("d")))
         self.layout = self.groups = None
@@ -88,12 +86,12 @@ class _Kernel:
         self.ring.init_barriers(empty_arrivals=c.multicast * c.math_threads // 32 if arrivals is None
                                 else _arrival_count(arrivals(c.multicast, c.math_threads // 32)))
         if "tmap_d" in self.tmaps:
-            e(t.prefetch_tensormap(self.tmaps["tmap_d"]))
+            e(bulk_copies.prefetch_tensormap(self.tmaps["tmap_d"]))
         b.place(skip)
         self.rank = None
         if c.multicast > 1:  # the peer's barriers must be initialised before anything may arrive on them
             self.rank = r("u32", "rank")
-            e(t.cluster_rank(self.rank), t.cluster_sync())
+            e(core.cluster_rank(self.rank), barriers.cluster_sync())
         else:
             e(core.bar_sync(0))
 
@@ -109,11 +107,11 @@ class _Kernel:
             lane0 = self.b.reg("pred")
             self.b.emit("bar.warp.sync 0xffffffff;")  # every lane's reads of the stage precede the release
             if target is None:
-                self.b.emit(f"setp.eq.u32 {lane0}, {math.lane}, 0;", f"@{lane0} {t.mbarrier_arrive(empty)}")
+                self.b.emit(f"setp.eq.u32 {lane0}, {math.lane}, 0;", f"@{lane0} {barriers.mbarrier_arrive(empty)}")
                 return
             remote = self.b.reg("u32", "remote_empty")
-            self.b.emit(f"setp.lt.u32 {lane0}, {math.lane}, 2;", t.mapa(remote, empty, target),
-                        f"@{lane0} {t.mbarrier_arrive_cluster(remote)}")
+            self.b.emit(f"setp.lt.u32 {lane0}, {math.lane}, 2;", shared_memory.mapa(remote, empty, target),
+                        f"@{lane0} {barriers.mbarrier_arrive_cluster(remote)}")
         return emit
 
     # -- stage 06: thread 0 produces between its own K blocks -------------------------------------------
@@ -262,7 +260,7 @@ class _Kernel:
             self.scheduler("pt"))
         b.place(end)
         if self.rank:  # neither CTA leaves while the other may still touch its shared memory
-            e(t.cluster_sync())
+            e(barriers.cluster_sync())
 
     def build(self) -> str:
         self.setup()
@@ -270,7 +268,7 @@ class _Kernel:
             self.inline_body()
         else:
             self.warp_specialized_body()
-        return module([self.b], extra_globals=memory.dynamic_shared_declaration(SMEM, align=1024))
+        return module([self.b], extra_globals=shared_memory.dynamic_shared_declaration(SMEM, align=1024))
 
 
 def _arrival_count(count) -> int:

@@ -61,7 +61,7 @@ def kernel(config: KernelConfig, n: int, k: int, seams: Seams = NO_SEAMS):
 
 
 def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: int, groups: int = 1) -> dict[str, dict]:
-    """What each tensor map describes: keyword arguments of ptx.tma.tensor_map_2d (minus the pointer).
+    """What each tensor map describes: keyword arguments of ptx.tensor_maps.tensor_map_2d (minus the pointer).
 
     Grouped GEMMs (``groups`` = G): B is the (G*N, K) stack of the experts' weights; for the masked one M is
     M_max, A and D are the (G*M_max) rows of all groups, and sa (G, M_max, Kb) stored M-major per group
@@ -90,7 +90,7 @@ def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: in
 def tensor_maps(config: KernelConfig, pointers: tuple[int, int, int, int], m: int, n: int, k: int,
                 sa_stride: int, groups: int = 1) -> dict:
     """The encoded maps of one call by parameter name (host-side only; cached per pointers and shape)."""
-    from ptx.tma import tensor_map_2d
+    from ptx.tensor_maps import tensor_map_2d
     specs = tensor_map_specs(config, m, n, k, sa_stride, groups)
     by_name = dict(zip(("tmap_a", "tmap_b", "tmap_sa", "tmap_d"), pointers))
     return {name: tensor_map_2d(by_name[name], **spec) for name, spec in specs.items()}

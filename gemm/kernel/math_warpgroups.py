@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ptx.builder import KernelBuilder
-from ptx.vocab import core, mma
+from ptx.vocab import core
 from ptx.vocab import wgmma as w
 
 WARPGROUP_ROWS = 64  # wgmma's M
@@ -129,7 +129,7 @@ class MathWarpgroups:
             split = self.block_n // 8 if former_groups is None else former_groups
             for i, (running, partial) in enumerate(zip(total, self.acc)):
                 block = 0 if i // 4 < split else 1
-                e(mma.promote(running, partial, scales[block][(i // 2) % 2]))
+                e(core.promote(running, partial, scales[block][(i // 2) % 2]))
 
     # -- epilogue -----------------------------------------------------------------------------------
     def store(self, staging: str, d: str, m0: str, n0: str, m: int | str, n: int) -> None:

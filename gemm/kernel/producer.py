@@ -3,7 +3,7 @@
 Each stage holds one K block's A tile (BLOCK_M x 128 bytes), B tile (BLOCK_N x 128) and A's scales (BLOCK_M
 floats), and two mbarriers: *full* (one arrival with ``expect_tx`` = the stage's bytes, plus the bytes the
 TMA engine delivers) and *empty* (one arrival per math warp once it no longer needs the stage). Waits poll a
-phase parity; the (stage, parity) counters wrap and flip exactly as :mod:`ptx.vocab.tma` describes, and they
+phase parity; the (stage, parity) counters wrap and flip exactly as :mod:`ptx.vocab.barriers` describes, and they
 carry on across tiles, so a persistent CTA never drains its ring between tiles.
 
 Two producers:
@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 from gemm.kernel.config import BLOCK_K, SharedPlan
 from ptx.builder import KernelBuilder
-from ptx.vocab import core
-from ptx.vocab import tma as t
+from ptx.vocab import barriers, bulk_copies, core
 from ptx.vocab import wgmma as w
 
 
@@ -70,9 +69,9 @@ class Ring:
         """Emitted for one thread: full counts the producer's one arrive.expect_tx; empty one arrival per math warp."""
         for s in range(self.plan.config.stages):
             stage = self.stage(s)
-            self.b.emit(t.mbarrier_init(stage.full, 1), t.mbarrier_init(stage.empty, empty_arrivals))
-        self.b.emit(t.fence_mbarrier_init(), t.fence_proxy_async(),  # visible to the TMA unit
-                    *(t.prefetch_tensormap(x) for x in self.tmaps.values()))
+            self.b.emit(barriers.mbarrier_init(stage.full, 1), barriers.mbarrier_init(stage.empty, empty_arrivals))
+        self.b.emit(barriers.fence_mbarrier_init(), barriers.fence_proxy_async(),  # visible to the TMA unit
+                    *(bulk_copies.prefetch_tensormap(x) for x in self.tmaps.values()))
 
     def counters(self, name: str, first_stage: int = 0, first_parity: int = 0) -> tuple[str, str]:
         stage, parity = self.b.reg("u32", f"{name}_stage"), self.b.reg("u32", f"{name}_parity")
@@ -80,7 +79,7 @@ class Ring:
         return stage, parity
 
     def advance(self, stage: str, parity: str) -> None:
-        """stage += 1; on the wrap to 0 the parity flips (pipeline bookkeeping of ptx.vocab.tma)."""
+        """stage += 1; on the wrap to 0 the parity flips (pipeline bookkeeping of ptx.vocab.barriers)."""
         e, r = self.b.emit, self.b.reg
         wrap, flipped = r("pred"), r("u32")
         e(f"add.u32 {stage}, {stage}, 1;", f"setp.eq.u32 {wrap}, {stage}, {self.plan.config.stages};",
@@ -100,7 +99,7 @@ class Ring:
         e = self.b.emit
         k_byte = self.b.reg("u32", "kx")
         e(f"shl.b32 {k_byte}, {k_block}, 7;" if isinstance(k_block, str) else f"mov.u32 {k_byte}, {k_block * BLOCK_K};")
-        e(t.mbarrier_arrive_expect_tx(stage.full, self.plan.stage_bytes))
+        e(barriers.mbarrier_arrive_expect_tx(stage.full, self.plan.stage_bytes))
         own = f"@{pair.own} " if pair else ""
         a_row, sa_x, sa_y = m0, m0, k_block
         if rows is not None:
@@ -108,18 +107,18 @@ class Ring:
             if rows.sa_k_base is not None:  # masked: group g's scales are rows g*K/128.. of the (G*Kb, M_max) map
                 sa_y = self.b.reg("u32", "sa_y")
                 e(f"add.u32 {sa_y}, {rows.sa_k_base}, {k_block};")
-        e(own + t.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, a_row, stage.full),
-          own + t.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], sa_x, sa_y, stage.full))
+        e(own + bulk_copies.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, a_row, stage.full),
+          own + bulk_copies.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], sa_x, sa_y, stage.full))
         if pair:
-            e(f"@{pair.lead} " + t.tma_load_2d_multicast(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0, stage.full,
+            e(f"@{pair.lead} " + bulk_copies.tma_load_2d_multicast(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0, stage.full,
                                                          pair.mask),
-              f"@{pair.lead} " + t.tma_load_2d_multicast(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block,
+              f"@{pair.lead} " + bulk_copies.tma_load_2d_multicast(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block,
                                                          stage.full, pair.mask))
-        e(t.tma_load_2d(stage.b_tile, self.tmaps["tmap_b"], k_byte, n0, stage.full))
+        e(bulk_copies.tma_load_2d(stage.b_tile, self.tmaps["tmap_b"], k_byte, n0, stage.full))
 
     def wait(self, barrier: str, parity: str, what: str) -> None:
         ready = self.b.reg("pred")
-        self.b.emit(t.mbarrier_wait_parity(barrier, parity, ready, self.b.label(what)))
+        self.b.emit(barriers.mbarrier_wait_parity(barrier, parity, ready, self.b.label(what)))
 
 
 class InlineProducer:
@@ -140,7 +139,7 @@ class InlineProducer:
         j = b.reg("u32", "j")
         b.emit(f"mov.u32 {j}, {self.ahead};")
         stage, parity = ring.counters("p", self.ahead % ring.plan.config.stages,
-                                      t.producer_wait_parity(self.ahead, ring.plan.config.stages))
+                                      barriers.producer_wait_parity(self.ahead, ring.plan.config.stages))
         return j, stage, parity
 
     def refill(self, j: str, stage: str, parity: str) -> None:

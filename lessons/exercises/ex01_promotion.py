@@ -106,7 +106,7 @@ class NumbaCandidate:
                 if "nvvm" in str(error).lower():
                     return None
                 raise
-            self._cubin = compile_ptx(ptx)
+            self._cubin = compile_ptx(ptx, assembler="nvjitlink")  # Numba's PTX: no setmaxnreg
         return self._cubin
 
     def sass(self):

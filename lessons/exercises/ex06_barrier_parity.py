@@ -1,7 +1,7 @@
 """Exercise 06: the barrier parity of the TMA + mbarrier ring (``lessons/06_tma_pipeline.py``).
 
 Holes: ``pipeline_slot(iteration, stages) -> (stage, parity)`` and ``producer_wait_parity(iteration, stages)``,
-the bookkeeping of :mod:`ptx.vocab.tma`. The seam: the stage-06 emitter seeds its loop counters from them (the
+the bookkeeping of :mod:`ptx.vocab.barriers`. The seam: the stage-06 emitter seeds its loop counters from them (the
 consumer's (stage, parity) of K block 0, the producer's stage and empty-barrier parity of its first refill, the
 stages of the prologue loads), through ``generate_for(plan, bookkeeping=...)``; the loop then advances the counters
 (stage + 1, parity flipped on the wrap), so the functions must also agree with that advance for every iteration
@@ -28,14 +28,14 @@ Fill in, in your copy of lessons/exercises/skeletons/ex06_barrier_parity.py:
     for before loading K block `iteration` into its stage (the release of the K block that used the stage
     before it).
 The generator seeds its loop counters from your functions and advances them itself (stage + 1, wrapping at S;
-parity flips on the wrap), so your functions must agree with that advance. Look at ptx/vocab/tma.py's
+parity flips on the wrap), so your functions must agree with that advance. Look at ptx/vocab/barriers.py's
 docstring and the `mbarrier_wait_parity` helper, and at lessons/06_tma_pipeline.py's main_loop."""
 
 QUESTIONS = (
     ("Predict: with S = 8 stages, which parity does the consumer wait for on K block 8, and which does the "
      "producer wait for before loading K block 6 (its first refill)?",
      "check with `python -m lessons inspect 6` (the `mov.u32 %p_parity` and `mbarrier.try_wait.parity` lines of "
-     "the PTX) and ptx.vocab.tma.pipeline_slot"),
+     "the PTX) and ptx.vocab.barriers.pipeline_slot"),
     ("Predict: if the producer's first wait used parity 0 instead, would the kernel compute a wrong answer, "
      "hang, or still be right?",
      "check with the emulator: `lessons.stage(6).emulate(..., bookkeeping=(pipeline_slot, your_parity))` names "
@@ -46,14 +46,14 @@ QUESTIONS = (
 
 
 def reference():
-    from ptx.vocab import tma
-    return SimpleNamespace(pipeline_slot=tma.pipeline_slot, producer_wait_parity=tma.producer_wait_parity)
+    from ptx.vocab import barriers
+    return SimpleNamespace(pipeline_slot=barriers.pipeline_slot, producer_wait_parity=barriers.producer_wait_parity)
 
 
 def check_bookkeeping(solution, stages_range=range(3, 9), iterations: int = 40) -> None:
     """Raise AssertionError where the functions disagree with the kernel's counters (stage + 1, wrapping at S,
     parity flipping on the wrap) or with a fresh barrier's phase (a consumer's first wait must be for phase 0)."""
-    from ptx.vocab.tma import advance
+    from ptx.vocab.barriers import advance
     for stages in stages_range:
         first = tuple(solution.pipeline_slot(0, stages))
         if first[1] != 0:
@@ -149,5 +149,5 @@ EXERCISE = Exercise(
     shapes_cpu=((70, 200, 1152), (130, 72, 1280)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
-    answer_sites={"ptx/vocab/tma.py": ("pipeline_slot", "producer_wait_parity")},
+    answer_sites={"ptx/vocab/barriers.py": ("pipeline_slot", "producer_wait_parity")},
 )

@@ -1,4 +1,4 @@
-"""A CPU interpreter for a PTX subset: runs a kernel's text on NumPy, no GPU (was tests/ptx_emulator.py).
+"""A CPU interpreter for a PTX subset: runs a kernel's text on NumPy, no GPU.
 
 Why: assembling a kernel proves nothing about the address arithmetic, clamps, masks, stage rotation and
 promotion in the *text*; running it does. Here all threads of a CTA run in lockstep (one NumPy vector per
@@ -258,7 +258,7 @@ class CTA:
     def note_generic_write(self, offsets: np.ndarray, threads: np.ndarray, line: int):
         """Shared bytes ``offsets`` (one row per thread of ``threads``) were written through the generic proxy
         (st.shared, cp.async, stmatrix). In lockstep nothing reads shared memory through the async proxy, so
-        nothing is kept; ptx.emulate.warpgroup remembers the writers until their fence.proxy.async."""
+        nothing is kept; ptx.emulate.async_proxy remembers the writers until their fence.proxy.async."""
 
 
 def run_kernel(ptx: str, kernel: str, grid, threads: int, shared_bytes: int, args: dict[str, np.ndarray | int],

@@ -1,6 +1,6 @@
 """Warp-collective matrix instructions (ldmatrix, stmatrix, mma.sync), evaluated per warp from the PTX ISA's
-definitions, written independently of ptx.vocab.mma: a wrong fragment or address role in a generator shows up as
-a wrong answer; and the arithmetic of one wgmma (:func:`wgmma_accumulate`, called by ptx.emulate.warpgroup),
+definitions, written independently of ptx.vocab.mma_sync: a wrong fragment or address role in a generator shows up as
+a wrong answer; and the arithmetic of one wgmma (:func:`wgmma_accumulate`, called by ptx.emulate.async_proxy),
 exact by default, or under an optional *model* of Hopper's limited-precision FP8 accumulator
 (:class:`AccumulatorModel`, switched on by :func:`accumulator_model`)."""
 from __future__ import annotations

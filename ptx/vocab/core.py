@@ -1,4 +1,5 @@
-"""Core PTX idioms every kernel uses: ids, parameters, global memory, FP8/BF16 conversions, branches, barriers.
+"""Core PTX idioms every kernel uses: ids, parameters, global memory, FP8/BF16 conversions, the promotion FMA,
+branches, named barriers.
 
 Each helper returns PTX text (one or a few instructions) for :meth:`ptx.builder.KernelBuilder.emit`;
 registers are passed in by name, so the helpers never allocate. Comments name
@@ -23,6 +24,11 @@ def global_thread_index(dst: str, scratch: str, axis: str = "x") -> str:
         special(scratch, f"tid.{axis}"),
         f"add.u32 {dst}, {dst}, {scratch};",
     ])
+
+
+def cluster_rank(dst_u32: str) -> str:
+    # PTX ISA "Special Registers" (%cluster_ctarank): this CTA's rank in its cluster
+    return special(dst_u32, "cluster_ctarank")
 
 
 # -- parameters and addresses ------------------------------------------------------------------------
@@ -96,6 +102,12 @@ def cvt_f32x2_to_bf16x2(dst_b32: str, high_f32: str, low_f32: str) -> str:
     return f"cvt.rn.bf16x2.f32 {dst_b32}, {high_f32}, {low_f32};"
 
 
+# -- arithmetic --------------------------------------------------------------------------------------
+def promote(total: str, partial: str, scale: str) -> str:
+    # PTX ISA "Floating point instructions: fma": one FFMA, the scale promotion total += partial * scale
+    return f"fma.rn.f32 {total}, {partial}, {scale}, {total};"
+
+
 # -- control -----------------------------------------------------------------------------------------
 def setp(compare: str, ptx_type: str, predicate: str, a: str, b: str) -> str:
     # PTX ISA "setp": predicate = a <compare> b (eq ne lt le gt ge; lo hi ls hs)
@@ -148,8 +160,8 @@ def exit_thread() -> str:
 
 
 __all__ = [
-    "special", "global_thread_index", "ld_param", "cvta_global", "global_pointer_param", "element_address",
+    "special", "global_thread_index", "cluster_rank", "ld_param", "cvta_global", "global_pointer_param", "element_address",
     "ld_global", "st_global", "ld_global_v4", "st_global_v4", "cvt_e4m3x2_to_f16x2", "cvt_f16_to_f32",
-    "unpack_b32", "cvt_f32x2_to_bf16x2", "setp", "guard_prefix", "branch_if", "branch", "exit_if",
+    "unpack_b32", "cvt_f32x2_to_bf16x2", "promote", "setp", "guard_prefix", "branch_if", "branch", "exit_if",
     "bar_sync", "bar_arrive", "exit_thread",
 ]

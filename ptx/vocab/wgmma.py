@@ -1,7 +1,7 @@
 """Warpgroup tensor-core idioms (sm_90a): wgmma.mma_async on e4m3, its shared-memory matrix descriptors and
 the 128-byte swizzle those descriptors describe.
 
-Two kinds of helpers, as in :mod:`ptx.vocab.mma`: PTX text (one instruction or a few), and pure-Python
+Two kinds of helpers, as in :mod:`ptx.vocab.mma_sync`: PTX text (one instruction or a few), and pure-Python
 descriptions of *where bytes sit* (descriptor bit fields, the swizzled tile layout, the accumulator
 fragment) that the generators use and the tests check against values worked out by hand from the PTX ISA.
 
@@ -25,6 +25,8 @@ Facts used throughout (PTX ISA 8.5, "Asynchronous Warpgroup Level Matrix Multipl
   8*(i//4) + 2*(l%4) + i%2.
 """
 from __future__ import annotations
+
+from ptx.vocab.shared_memory import swizzled_offset
 
 # -- descriptor bit fields (pure Python) ------------------------------------------------------------------
 SWIZZLE_MODE = {0: 0, 128: 1, 64: 2, 32: 3}  # ISA "Matrix Descriptor Format", bits 62-63
@@ -78,10 +80,10 @@ def descriptor_constant_part(leading_byte_offset: int | None = None,
     return descriptor_bits(0, lbo, stride_byte_offset, swizzle)
 
 
-# ISA "Shared Memory Matrix Layout" (K-major, 128B swizzle): physical byte offset of (row, k byte) in a tile.
+# ISA "Shared Memory Matrix Layout" (K-major, 128B swizzle): physical byte offset of (row, k byte) in a tile; the
+# same XOR of 16-byte chunks that stage 04 applies by hand, so it has one home (ptx.vocab.shared_memory).
 def sw128_offset(row: int, k_byte: int) -> int:
-    chunk, within = divmod(k_byte, 16)
-    return row * SW128_ROW_BYTES + ((chunk ^ (row % 8)) * 16) + within
+    return swizzled_offset(row, k_byte)
 
 
 # ISA "Register Fragments" for wgmma D (.f32): (row, col) within the warpgroup's 64 x N tile.

@@ -16,7 +16,7 @@ Fill in, in your copy of lessons/exercises/skeletons/ex06_barrier_parity.py:
     for before loading K block `iteration` into its stage (the release of the K block that used the stage
     before it).
 The generator seeds its loop counters from your functions and advances them itself (stage + 1, wrapping at S;
-parity flips on the wrap), so your functions must agree with that advance. Look at ptx/vocab/tma.py's
+parity flips on the wrap), so your functions must agree with that advance. Look at ptx/vocab/barriers.py's
 docstring and the `mbarrier_wait_parity` helper, and at lessons/06_tma_pipeline.py's main_loop.
 
 Grade it: ``python -m lessons grade 6 path/to/this_file.py``.

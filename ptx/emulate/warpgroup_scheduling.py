@@ -25,7 +25,7 @@ import numpy as np
 from . import session
 from .barriers import ClusterBarrier, NamedBarriers
 from .common import CLUSTER_RANKS, EmulationError, GlobalMemory, Program, grid_2d, split_shared
-from .tma import BulkGroups, FakeTensorMap
+from .bulk_copies import BulkGroups, FakeTensorMap
 from .warpgroup import Warpgroup
 
 
@@ -112,7 +112,7 @@ class ScheduledCTA:
                          "%cluster_nctaid.z": 1}
         self.smem = np.zeros(shared_bytes, np.uint8)
         # per byte: the thread (rank * 1024 + tid) whose generic-proxy write no fence.proxy.async has covered yet,
-        # -1 for none, and the line of that write (ptx.emulate.warpgroup, "Proxies")
+        # -1 for none, and the line of that write (ptx.emulate.async_proxy, "Proxies")
         self.generic_writer = np.full(shared_bytes, -1, np.int32)
         self.generic_line = np.zeros(shared_bytes, np.int32)
         self.exited = np.zeros(threads, bool)

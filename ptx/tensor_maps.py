@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ptx.arrays import as_device_view
+from ptx.device import activated, current_device, device_of_pointer
+
 TENSOR_MAP_BYTES = 128
 MAX_BOX = 256
 _SWIZZLE_SPAN = {0: None, 32: 32, 64: 64, 128: 128}  # bytes of the inner box dimension a swizzle pattern covers
@@ -132,7 +135,6 @@ def tensor_map_2d(ptr: int, dtype, shape, row_stride_bytes: int, box, swizzle: i
     """
     from cuda.bindings import driver
     if not isinstance(ptr, (int, np.integer)):
-        from ptx.arrays import as_device_view
         view = as_device_view(ptr)
         if not view.on_device:
             raise TypeError(f"tensor_map_2d: {type(ptr).__name__} is not in device memory; copy it to the GPU first")
@@ -143,7 +145,6 @@ def tensor_map_2d(ptr: int, dtype, shape, row_stride_bytes: int, box, swizzle: i
     driver.cuInit(0)
     err, tensor_map = _encode(data_type, int(ptr), shape, row_stride_bytes, box, swizzle, oob_fill_nan)
     if err == driver.CUresult.CUDA_ERROR_INVALID_CONTEXT:  # encode in the context of the memory it describes
-        from ptx.device import activated, current_device, device_of_pointer
         owner = device_of_pointer(int(ptr))
         with activated(owner if owner >= 0 else current_device()):
             err, tensor_map = _encode(data_type, int(ptr), shape, row_stride_bytes, box, swizzle, oob_fill_nan)

@@ -1,31 +1,38 @@
 """GPU smoke test of the PTX runtime paths, end to end: prints PASS/FAIL per item and goes on after a failure.
 
-    PYTHONPATH=. python tools/gpu_smoke.py
+    python -m ptx smoke              (each item in a process of its own; --inline: all in this one)
+
+tests/test_ptx_toolchain.py runs the same items, one test each, on a Hopper GPU.
 
 Items: compile (nvJitLink), plain launch, >48 KiB dynamic shared memory, a cluster of 2 reading its peer's
 shared memory, a TMA tensor map passed by value (2-D box load with an mbarrier, ragged edge filled with
 zeros; and a 128-byte swizzled box), pointers from Numba and torch (float8_e4m3fn, bfloat16) arrays, and a CUDA graph captured from a
 stream and replayed. Each item runs in its own process (``--inline``: all in one), so a sticky CUDA
-error cannot fail the items after it. Device memory is handled with the driver API directly so that an item
+error cannot fail the items after it. Numba and torch are optional: without them their items say SKIP. Device memory is handled with the driver API directly so that an item
 does not depend on Numba unless it tests Numba. Exit status: the number of failed items.
 """
 from __future__ import annotations
 
-import os
+import importlib.metadata as metadata
 import subprocess
 import sys
 import time
 import traceback
 
 import numpy as np
+from cuda.bindings import driver
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import gemm._compat  # noqa: F401  (numba-cuda beside newer NumPy; before numba is imported)
+from ptx.builder import PtxModule
+from ptx.compile import compile_ptx
+from ptx.runtime import ensure_context, load_kernel
+from ptx.tensor_maps import tensor_map_2d
 
 HEADER = ".version 8.5\n.target sm_90a\n.address_size 64\n"
+# Written by hand, so each module states its kernels' parameters (what ptx.builder.module records by itself).
+U32, U64, TENSOR_MAP = ("u32", 0), ("u64", 0), ("b8", 128)
 
 # out[tid] = tid * 3 + value: the simplest launch.
-PTX_FILL = HEADER + """
+PTX_FILL = PtxModule(HEADER + """
 .visible .entry fill(.param .u64 out, .param .u32 value)
 {
     .reg .b32 %r<6>; .reg .b64 %rd<4>;
@@ -37,10 +44,10 @@ PTX_FILL = HEADER + """
     st.global.u32 [%rd1], %r3;
     ret;
 }
-"""
+""", {"fill": [U64, U32]})
 
 # Each thread writes tid+1 into dynamic smem at byte offset `base + 4*tid`, then reads its neighbour's.
-PTX_BIG_SMEM = HEADER + """
+PTX_BIG_SMEM = PtxModule(HEADER + """
 .extern .shared .align 16 .b8 dynamic_smem[];
 .visible .entry big_smem(.param .u64 out, .param .u32 base)
 {
@@ -58,11 +65,11 @@ PTX_BIG_SMEM = HEADER + """
     st.global.u32 [%rd1], %r6;
     ret;
 }
-"""
+""", {"big_smem": [U64, U32]})
 
 # Cluster of 2: each CTA stores (rank+1)*100 in its smem, then reads the other CTA's value over DSMEM.
 # out[block] = (my rank, cluster size, peer's value).
-PTX_CLUSTER = HEADER + """
+PTX_CLUSTER = PtxModule(HEADER + """
 .visible .entry cluster_peer(.param .u64 out)
 {
     .reg .b32 %r<10>; .reg .b64 %rd<4>; .reg .pred %p<2>;
@@ -84,13 +91,13 @@ PTX_CLUSTER = HEADER + """
     barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;
     ret;
 }
-"""
+""", {"cluster_peer": [U64]})
 
 # One TMA 2-D box (box_rows x box_cols bytes) at (row, col) into smem, then 128 threads copy smem to out as is
 # (swizzled or not). The tile is 1024-byte aligned: the 128-byte swizzle pattern repeats every 8 rows of 128 B.
-def tma_box_ptx(box_rows: int, box_cols: int) -> str:
+def tma_box_ptx(box_rows: int, box_cols: int) -> PtxModule:
     nbytes = box_rows * box_cols
-    return HEADER + f"""
+    return PtxModule(HEADER + f"""
 .visible .entry tma_box(.param .align 64 .b8 tmap[128], .param .u64 out, .param .u32 row, .param .u32 col)
 {{
     .reg .b32 %r<12>; .reg .b64 %rd<6>; .reg .pred %p<3>;
@@ -121,7 +128,7 @@ $copy:
 $done:
     ret;
 }}
-"""
+""", {"tma_box": [TENSOR_MAP, U64, U32, U32]})
 
 
 def unswizzle_128b(tile: np.ndarray) -> np.ndarray:
@@ -137,7 +144,7 @@ PTX_TMA_SWIZZLED = tma_box_ptx(16, 128)
 
 
 # out[i] = in[i] for i < count bytes, one byte per thread: dtype-agnostic pointer test.
-PTX_COPY = HEADER + """
+PTX_COPY = PtxModule(HEADER + """
 .visible .entry copy_bytes(.param .u64 dst, .param .u64 src, .param .u32 count)
 {
     .reg .b32 %r<6>; .reg .b64 %rd<6>; .reg .pred %p<2>; .reg .b16 %h<2>;
@@ -151,10 +158,10 @@ PTX_COPY = HEADER + """
 $end:
     ret;
 }
-"""
+""", {"copy_bytes": [U64, U64, U32]})
 
 # data[i] += 1: replaying a graph of it n times must add n.
-PTX_INCREMENT = HEADER + """
+PTX_INCREMENT = PtxModule(HEADER + """
 .visible .entry increment(.param .u64 data)
 {
     .reg .b32 %r<6>; .reg .b64 %rd<4>;
@@ -164,12 +171,11 @@ PTX_INCREMENT = HEADER + """
     ld.global.u32 %r1, [%rd1]; add.u32 %r1, %r1, 1; st.global.u32 [%rd1], %r1;
     ret;
 }
-"""
+""", {"increment": [U64]})
 
 
 # -- device memory through the driver (independent of Numba) -----------------------------------------
 def _ok(result, what):
-    from cuda.bindings import driver
     err, *rest = result
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"{what}: {err.name}")
@@ -178,22 +184,18 @@ def _ok(result, what):
 
 class DeviceBuffer:
     def __init__(self, nbytes: int):
-        from cuda.bindings import driver
-        from ptx.runtime import ensure_context
         ensure_context()
         self.nbytes = nbytes
         self.ptr = int(_ok(driver.cuMemAlloc(nbytes), "cuMemAlloc"))
 
     @classmethod
     def from_host(cls, host: np.ndarray) -> "DeviceBuffer":
-        from cuda.bindings import driver
         host = np.ascontiguousarray(host)
         buffer = cls(host.nbytes)
         _ok(driver.cuMemcpyHtoD(buffer.ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
         return buffer
 
     def to_host(self, dtype, shape) -> np.ndarray:
-        from cuda.bindings import driver
         host = np.empty(shape, dtype=dtype)
         assert host.nbytes <= self.nbytes
         _ok(driver.cuCtxSynchronize(), "cuCtxSynchronize")
@@ -201,20 +203,16 @@ class DeviceBuffer:
         return host
 
     def fill(self, byte: int):
-        from cuda.bindings import driver
         _ok(driver.cuMemsetD8(self.ptr, byte, self.nbytes), "cuMemsetD8")
 
     def __del__(self):
         try:
-            from cuda.bindings import driver
             driver.cuMemFree(self.ptr)
         except Exception:
             pass
 
 
-def _kernel(ptx_text: str, name: str):
-    from ptx.compile import compile_ptx
-    from ptx.runtime import load_kernel
+def _kernel(ptx_text: PtxModule, name: str):
     return load_kernel(compile_ptx(ptx_text), name)
 
 
@@ -227,10 +225,7 @@ def _expect_equal(got, want, what):
 
 # -- the items ---------------------------------------------------------------------------------------
 def item_environment():
-    import importlib.metadata as metadata
-    from cuda.bindings import driver
-    from cuda.core import Device
-    from ptx.runtime import ensure_context
+    from cuda.core import Device  # optional beside cuda.bindings: only this item needs it
     device = Device(ensure_context())
     versions = {p: metadata.version(p) for p in ("cuda-core", "cuda-bindings", "nvidia-nvjitlink", "numba-cuda")}
     driver_version = _ok(driver.cuDriverGetVersion(), "cuDriverGetVersion")
@@ -238,7 +233,6 @@ def item_environment():
 
 
 def item_compile():
-    from ptx.compile import compile_ptx
     cubins = [compile_ptx(p) for p in (PTX_FILL, PTX_BIG_SMEM, PTX_CLUSTER, PTX_TMA,
                                           PTX_TMA_SWIZZLED, PTX_COPY, PTX_INCREMENT)]
     return "; ".join(f"{name}: {res.registers} regs, {res.spills} spill bytes"
@@ -277,8 +271,7 @@ def item_cluster():
     return "cluster of 2: ranks, sizes and distributed shared memory reads correct"
 
 
-def _tensor_map_boxes(box_rows: int, box_cols: int, swizzle: int, ptx_text: str) -> str:
-    from ptx.tma import tensor_map_2d
+def _tensor_map_boxes(box_rows: int, box_cols: int, swizzle: int, ptx_text: PtxModule) -> str:
     rows, cols = 48, 256  # a box at row 40 runs past the last row: TMA must fill zeros
     host = np.random.default_rng().integers(0, 256, (rows, cols), dtype=np.uint8)
     source = DeviceBuffer.from_host(host)
@@ -308,7 +301,10 @@ def item_tensor_map_swizzled():
 
 
 def item_numba_pointers():
-    from numba import cuda
+    try:  # no kernel is compiled by Numba here, so gemm._compat's NumPy shim is not needed
+        from numba import cuda
+    except ImportError:
+        return "SKIP: numba-cuda not importable"
     host = np.random.default_rng().integers(0, 256, 1000, dtype=np.uint8)
     source, destination = cuda.to_device(host), cuda.device_array(1000, dtype=np.uint8)
     _kernel(PTX_COPY, "copy_bytes").launch(8, 128, [destination, source, np.uint32(1000)])
@@ -340,8 +336,6 @@ def item_torch_pointers():
 
 
 def item_cuda_graph():
-    from cuda.bindings import driver
-    from ptx.runtime import ensure_context
     ensure_context()
     data = DeviceBuffer(512 * 4)
     data.fill(0)
@@ -414,7 +408,7 @@ def main(argv: list[str]) -> int:
             failed += not run_item(index)
             continue
         try:
-            done = subprocess.run([sys.executable, __file__, "--item", str(index)], timeout=300)
+            done = subprocess.run([sys.executable, "-m", "ptx", "smoke", "--item", str(index)], timeout=300)
             if done.returncode != 0:
                 failed += 1
                 if done.returncode < 0 or done.returncode > 1:
@@ -422,9 +416,5 @@ def main(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             failed += 1
             print(f"FAIL {name}: timed out after 300 s (a hang: a wait that never completes?)", flush=True)
-    print(f"gpu_smoke: {len(ITEMS) - failed}/{len(ITEMS)} items passed", flush=True)
+    print(f"ptx smoke: {len(ITEMS) - failed}/{len(ITEMS)} items passed", flush=True)
     return failed
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,10 +1,10 @@
-"""Warp-level tensor-core idioms: mma.sync m16n8k32 on e4m3, ldmatrix, cp.async, and the index math behind them.
+"""Warp-level tensor-core idioms: mma.sync m16n8k32 on e4m3, ldmatrix, and the fragment layouts behind them.
 
-Two kinds of helpers live here (ids, parameters, barriers and BF16 conversion are in ptx.vocab.core).
-The PTX ones return one instruction's text. The pure-Python ones describe *which matrix element sits
-where* (fragment layouts, ldmatrix lane roles, the shared-memory swizzle); the tests check them against
-the PTX ISA tables, against each other (ldmatrix composed with our addressing must yield exactly the mma
-fragment) and against the generator's address math.
+Two kinds of helpers live here. The PTX ones return one instruction's text. The pure-Python ones describe
+*which matrix element sits where* (fragment layouts, ldmatrix lane roles); the tests check them against the
+PTX ISA tables, against each other (ldmatrix composed with our addressing must yield exactly the mma
+fragment) and against the generator's address math. The shared-memory swizzle the addressing uses is in
+:mod:`ptx.vocab.shared_memory`, the cp.async copies that fill the tiles in :mod:`ptx.vocab.async_copies`.
 
 Layout facts used throughout (PTX ISA "Matrix Fragments for mma.m16n8k32", 8-bit types), with
 ``g = lane // 4`` (groupID) and ``t = lane % 4`` (threadID_in_group); every .b32 register holds four
@@ -15,6 +15,7 @@ consecutive K elements, lowest K in the lowest byte:
 * C/D (16 x 8 f32):  c0, c1 = row g, cols 2t, 2t+1;  c2, c3 = row g+8, cols 2t, 2t+1.
 """
 from __future__ import annotations
+
 
 # -- fragment layouts (pure Python) --------------------------------------------------------------------
 # PTX ISA "Matrix Fragments for mma.m16n8k32": (row, k) of byte `byte` of A register `reg` held by `lane`.
@@ -65,21 +66,6 @@ def b_ldmatrix_source(lane: int) -> tuple[int, int]:
     return 8 * (lane // 16) + lane % 8, 16 * ((lane // 8) % 2)
 
 
-# -- shared-memory layout (pure Python) ------------------------------------------------------------------
-ROW_BYTES = 128  # one K block of 128 e4m3 values per tile row
-CHUNK_BYTES = 16  # ldmatrix rows and cp.async copies are 16 bytes
-
-
-def swizzled_offset(row: int, k_byte: int) -> int:
-    """Byte offset of (row, k_byte) in a tile of 128-byte rows whose 16-byte chunks are XOR-swizzled.
-
-    Chunk c of row r is stored at chunk c ^ (r % 8): the eight rows an ldmatrix phase reads at one logical
-    chunk land in eight different 16-byte bank groups, so neither ldmatrix nor cp.async conflicts.
-    """
-    chunk, within = divmod(k_byte, CHUNK_BYTES)
-    return row * ROW_BYTES + ((chunk ^ (row % 8)) * CHUNK_BYTES) + within
-
-
 # -- PTX text --------------------------------------------------------------------------------------------
 def _vec(regs) -> str:
     return "{" + ", ".join(regs) + "}"
@@ -97,45 +83,7 @@ def ldmatrix_x4(regs: list[str], address: str, offset: int = 0) -> str:
     return f"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {_vec(regs)}, [{address}+{offset}];"
 
 
-# PTX ISA "Data movement: cp.async" (16 bytes global -> shared, L2 only; src_size < 16 zero-fills the rest).
-def cp_async_16(shared_address: str, global_address: str, shared_offset: int = 0, src_size: str | None = None,
-                predicate: str | None = None) -> str:
-    """``global_address`` may carry its own immediate ("%rd4+4096"); ``src_size`` is a register or None (16)."""
-    guard = f"@{predicate} " if predicate else ""
-    size = f", {src_size}" if src_size is not None else ""
-    return f"{guard}cp.async.cg.shared.global [{shared_address}+{shared_offset}], [{global_address}], 16{size};"
-
-
-# PTX ISA "cp.async.commit_group": close the batch of cp.async issued by this thread since the last commit.
-def cp_async_commit() -> str:
-    return "cp.async.commit_group;"
-
-
-# PTX ISA "cp.async.wait_group": wait until at most `pending` of this thread's committed groups are in flight.
-def cp_async_wait(pending: int) -> str:
-    return f"cp.async.wait_group {pending};"
-
-
-# PTX ISA "Shared memory state space" + "mov": the 32-bit shared-window address of a .shared symbol.
-def shared_address_of(dest: str, symbol: str) -> str:
-    return f"mov.u32 {dest}, {symbol};"
-
-
-# PTX ISA ".extern" (module scope): the dynamically sized shared memory given at launch.
-def dynamic_shared_declaration(symbol: str, align: int = 128) -> str:
-    return f".extern .shared .align {align} .b8 {symbol}[];"
-
-
-# PTX ISA "Floating point instructions: fma" (one FFMA: the scale promotion total += partial * scale).
-def promote(total: str, partial: str, scale: str) -> str:
-    return f"fma.rn.f32 {total}, {partial}, {scale}, {total};"
-
-
-
-
 __all__ = [
     "a_fragment_coords", "b_fragment_coords", "c_fragment_coords", "ldmatrix_x4_address_role",
-    "ldmatrix_received", "a_ldmatrix_source", "b_ldmatrix_source", "swizzled_offset", "ROW_BYTES", "CHUNK_BYTES",
-    "mma_m16n8k32_e4m3", "ldmatrix_x4", "cp_async_16", "cp_async_commit", "cp_async_wait",
-    "shared_address_of", "dynamic_shared_declaration", "promote",
+    "ldmatrix_received", "a_ldmatrix_source", "b_ldmatrix_source", "mma_m16n8k32_e4m3", "ldmatrix_x4",
 ]

@@ -1,0 +1,71 @@
+"""TMA bulk-copy idioms (sm_90): ``cp.async.bulk.tensor`` loads into shared memory (one CTA's or multicast to
+several of a cluster), stores and reduce-adds back to global memory, and their bulk groups.
+
+A TMA copy moves a whole box of a tensor, described by a 128-byte tensor map (:func:`ptx.tensor_maps.tensor_map_2d`
+builds it on the host), between global and shared memory; one thread issues it and the copy engine does the rest,
+zero-filling what a load reads outside the tensor and clipping what a store writes. A load reports completion to
+an mbarrier as transaction bytes (:mod:`ptx.vocab.barriers`); stores complete by bulk group.
+"""
+from __future__ import annotations
+
+
+# -- tensor-map operands ------------------------------------------------------------------------------------
+# ISA "Kernel Function Parameters" + "cvta" (.param): the generic address of a by-value tensor-map parameter,
+# which is what the tensorMap operand of cp.async.bulk.tensor takes (CUTLASS's __grid_constant__ CUtensorMap).
+def tensormap_address(dst_u64: str, param_symbol: str, use_cvta: bool = True) -> str:
+    if use_cvta:
+        return f"mov.b64 {dst_u64}, {param_symbol};\ncvta.param.u64 {dst_u64}, {dst_u64};"
+    return f"mov.b64 {dst_u64}, {param_symbol};"
+
+
+# ISA "prefetch" (.tensormap): bring a tensor map into the cache before its first use.
+def prefetch_tensormap(tensormap_u64: str) -> str:
+    return f"prefetch.tensormap [{tensormap_u64}];"
+
+
+# -- loads ----------------------------------------------------------------------------------------------------
+# ISA "cp.async.bulk.tensor" (.2d global -> shared, completion on an mbarrier by transaction bytes).
+def tma_load_2d(shared_dst: str, tensormap_u64: str, x: str | int, y: str | int, mbarrier: str) -> str:
+    """Copy the box at (x = inner/column coordinate, y = row) into ``shared_dst``; bytes complete on ``mbarrier``."""
+    return (f"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+            f"[{shared_dst}], [{tensormap_u64}, {{{x}, {y}}}], [{mbarrier}];")
+
+
+# ISA "cp.async.bulk.tensor" (.multicast::cluster): one load lands at the same shared offset in every CTA of
+# ``cta_mask`` (bit i = rank i) and completes its bytes on the barrier at the same offset in each of them.
+def tma_load_2d_multicast(shared_dst: str, tensormap_u64: str, x: str | int, y: str | int, mbarrier: str,
+                          cta_mask: str) -> str:
+    return (f"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+            f"[{shared_dst}], [{tensormap_u64}, {{{x}, {y}}}], [{mbarrier}], {cta_mask};")
+
+
+# -- stores ---------------------------------------------------------------------------------------------------
+# ISA "cp.async.bulk.tensor" (.2d shared -> global, .bulk_group completion): the TMA store. The copy engine
+# writes only the part of the box inside the tensor, so ragged edges need no masks.
+def tma_store_2d(tensormap_u64: str, x: str | int, y: str | int, shared_src: str) -> str:
+    return (f"cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+            f"[{tensormap_u64}, {{{x}, {y}}}], [{shared_src}];")
+
+
+# ISA "cp.reduce.async.bulk.tensor" (.add, .tile, .bulk_group): the TMA store that adds the box into global
+# memory instead of overwriting it (D = C + A*B in place), done by the copy engine at L2, with the same clipping.
+def tma_reduce_add_2d(tensormap_u64: str, x: str | int, y: str | int, shared_src: str) -> str:
+    return (f"cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group "
+            f"[{tensormap_u64}, {{{x}, {y}}}], [{shared_src}];")
+
+
+# ISA "cp.async.bulk.commit_group": close this thread's group of bulk copies issued so far.
+def bulk_commit_group() -> str:
+    return "cp.async.bulk.commit_group;"
+
+
+# ISA "cp.async.bulk.wait_group": wait until at most `pending` of this thread's bulk groups are unfinished;
+# `.read` waits only until their shared-memory sources have been read (the buffer may be reused).
+def bulk_wait_group(pending: int, read_only: bool = False) -> str:
+    return f"cp.async.bulk.wait_group{'.read' if read_only else ''} {pending};"
+
+
+__all__ = [
+    "tensormap_address", "prefetch_tensormap", "tma_load_2d", "tma_load_2d_multicast", "tma_store_2d",
+    "tma_reduce_add_2d", "bulk_commit_group", "bulk_wait_group",
+]
