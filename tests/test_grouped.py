@@ -477,7 +477,7 @@ def test_masked_row_major_torch_scales_are_converted(rng, monkeypatch):
     import gemm
     import gemm.grouped
     torch = _torch()
-    monkeypatch.setattr(gemm.grouped, "_warned_row_major", False)
+    monkeypatch.setattr(gemm.dispatch, "_warned_row_major_sa", set())
     groups, m_max, n, k = 3, 64, 256, 512
     a, sa, b, sb = masked_problem(groups, m_max, n, k, rng)
     masked_m = np.array([64, 0, 33], np.int32)

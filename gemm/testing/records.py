@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from gemm.testing.timer import _check, _driver, _ensure_primary_context  # the timer's driver helpers
+
 # ---------------------------------------------------------------------------------------------- device
 
 def _package_versions() -> dict[str, str | None]:
