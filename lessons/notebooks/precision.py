@@ -3,15 +3,11 @@ activation scales, 128x128 weight blocks, promotion into FP32 every 128 of K) do
 computed by gemm.precision or the CPU emulator when the notebook runs (none is written here); every cell runs on
 a CPU in seconds.
 
-``cells()`` returns the cell list for tools/make_notebooks.py (its ``markdown`` / ``code`` helpers, imported when
-called, so either module may import the other).
+``cells()`` returns the cell list for lessons.notebooks.write.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-TOOLS = Path(__file__).resolve().parent
+from lessons.notebooks.ipynb import code, markdown
 
 INTRO = """\
 # Precision · where an FP8 GEMM loses bits
@@ -218,9 +214,6 @@ OUTRO = """\
 
 
 def cells() -> list[dict]:
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
-    from make_notebooks import code, markdown
     return [
         markdown(INTRO), code(SETUP),
         markdown(SCALING_NOTE), code(SCALING_CELL),

@@ -4,15 +4,11 @@ re-told here); every table is computed by its helpers and by the kernel's schedu
 runs; both grouped GEMMs run on the CPU emulator (gemm.emulated.run_grouped_gemm) and, on a Hopper GPU, for real.
 Every cell runs on a CPU in seconds.
 
-``cells()`` returns the cell list for tools/make_notebooks.py (its ``markdown`` / ``code`` helpers, imported when
-called, so either module may import the other).
+``cells()`` returns the cell list for lessons.notebooks.write.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-TOOLS = Path(__file__).resolve().parent
+from lessons.notebooks.ipynb import code, markdown
 
 INTRO = """\
 # MoE · grouped GEMMs: the contiguous and the masked layout
@@ -323,9 +319,6 @@ OUTRO = """\
 
 
 def cells() -> list[dict]:
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
-    from make_notebooks import code, markdown
     return [
         markdown(INTRO), code(SETUP),
         markdown(DISPATCH_NOTE), code(DISPATCH_CELL),
