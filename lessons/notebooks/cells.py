@@ -261,8 +261,8 @@ else:
 
 
 def figure_cells(number: int) -> list[dict]:
-    """The stage's committed figures (docs/figures/NN_*.png, drawn by lessons.figures; `python
-    tools/make_figures.py` redraws them), shown as images so the cell costs nothing to run."""
+    """The stage's committed figures (docs/figures/NN_*.png, drawn by lessons.figures; ``python -m lessons
+    figures`` redraws them), shown as images so the cell costs nothing to run."""
     paths = sorted((CHECKOUT / "docs" / "figures").glob(f"{number:02d}_*.png"))
     if not paths:
         return []
@@ -270,7 +270,7 @@ def figure_cells(number: int) -> list[dict]:
     return [markdown(f"""\
 ## Figures
 
-Drawn by `lessons.figures` from the layout functions this stage's kernel uses (`python tools/make_figures.py`
+Drawn by `lessons.figures` from the layout functions this stage's kernel uses (`python -m lessons figures`
 redraws them; docs/figures.md says what each shows):
 
 {links}

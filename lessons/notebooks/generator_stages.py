@@ -20,7 +20,7 @@ def show_span(text, first, last, nth=0, after=0, width=118):
     starts = [i for i, line in enumerate(lines) if first in line]
     ends = [i for i in range(starts[nth], len(lines)) if last in lines[i]] if starts else []
     if not ends:  # the generator's text moved on: say which marker, not an IndexError
-        raise ValueError(f"no {first!r} ... {last!r} span in this PTX: update the markers in tools/make_notebooks.py")
+        raise ValueError(f"no {first!r} ... {last!r} span in this PTX: update the markers in lessons/notebooks/")
     start, end = starts[nth], ends[0]
     for i in range(start, min(end + after + 1, len(lines))):
         line = lines[i] if len(lines[i]) <= width else lines[i][:width] + " ..."  # wgmma lines list 64 registers

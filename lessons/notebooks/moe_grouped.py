@@ -162,7 +162,7 @@ FIGURE_NOTE = """\
 ## 4 · The figure
 
 The same two layouts and walks for 4 experts with 150, 0, 40 and 90 tokens (`lessons.figures.moe_layouts`, written
-by `python tools/make_figures.py` to docs/figures/moe_grouped_layouts.png): cells are coloured by CTA and outlined
+by `python -m lessons figures` to docs/figures/moe_grouped_layouts.png): cells are coloured by CTA and outlined
 by group; hatched tiles are skipped padding, blank ones are not tiles at all.
 
 ![moe_grouped_layouts](../docs/figures/moe_grouped_layouts.png)
