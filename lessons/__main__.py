@@ -1,4 +1,5 @@
-"""``python -m lessons ladder|inspect|diff|ablate|grade``: run, inspect, compare, ablate stages; grade an exercise.
+"""``python -m lessons ladder|inspect|diff|ablate|grade|figures|notebooks``: run, inspect, compare, ablate stages;
+grade an exercise; redraw the course's figures; write, check or execute its notebooks.
 
     python -m lessons ladder [--m 4096 --n 4096 --k 7168] [--stages 1,2,3] [--no-peer] [--out results]
     python -m lessons inspect 3         # PTX excerpt, registers, spills, SASS opcodes, speed of light (no GPU needed)
@@ -7,6 +8,9 @@
     python -m lessons grade 1 my_ex01.py [--cpu|--gpu] [--json report.json] [--seeds 2]   # docs/course.md
     python -m lessons grade 4 --reference --gpu   # the stage's own code: the run the thresholds come from
     python -m lessons grade 6 --class submissions/ --jobs 8   # a class into grades/gradebook.csv (docs/course.md)
+    python -m lessons figures [--check]  # redraw docs/figures/*.png from the kernels' layout functions (no GPU)
+    python -m lessons notebooks [--check]  # write notebooks/*.ipynb from lessons/notebooks/ (no GPU)
+    python -m lessons notebooks --execute [05 precision]  # run them and store their outputs (GPU ones on a GPU)
 """
 from __future__ import annotations
 
@@ -25,6 +29,10 @@ COMMANDS = {
     "ablate": "time a stage with each of its bundled ideas turned off (GPU)",
     "grade": "grade a course exercise's solution: correctness on fresh (and secret) seeds, technique, performance "
              "against the stage's speed of light (GPU); see docs/course.md",
+    "figures": "redraw docs/figures/*.png from the layout functions the kernels use, or --check the committed ones "
+               "(no GPU; needs matplotlib, the plots extra)",
+    "notebooks": "write notebooks/*.ipynb from their cells in lessons/notebooks/, --check the committed ones, or "
+                 "--execute them and store their outputs",
 }
 
 
@@ -88,8 +96,10 @@ def _parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}",
                                      title="commands (python -m lessons COMMAND -h for its options)")
-    ladder, inspect, diff, ablate, grade = (commands.add_parser(name, help=text, description=text)
-                                            for name, text in COMMANDS.items())
+    ladder, inspect, diff, ablate, grade = (commands.add_parser(name, help=COMMANDS[name], description=COMMANDS[name])
+                                            for name in ("ladder", "inspect", "diff", "ablate", "grade"))
+    _add_figures(commands)
+    _add_notebooks(commands)
     for sub in (ladder, inspect, diff, ablate):
         sub.add_argument("--m", type=int, default=4096, help="rows of A and D (default 4096)")
         sub.add_argument("--n", type=int, default=4096, help="rows of B, columns of D (default 4096)")
@@ -135,12 +145,66 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_figures(commands) -> None:
+    figures = commands.add_parser("figures", help=COMMANDS["figures"], description=COMMANDS["figures"])
+    figures.add_argument("names", nargs="*", help="figures to write (default: all), e.g. 08_tile_raster")
+    figures.add_argument("--check", action="store_true", help="verify the committed figures (set, manifest hashes, "
+                         "each still draws, and the same bytes where matplotlib and FreeType are the manifest's); "
+                         "write nothing")
+    figures.set_defaults(handler=lambda args: _figures(figures, args))
+
+
+def _figures(parser: argparse.ArgumentParser, args) -> int:
+    try:
+        from lessons.figures import committed
+    except ModuleNotFoundError as error:  # matplotlib is the plots extra, not a core dependency
+        if error.name is None or not error.name.startswith("matplotlib"):
+            raise
+        parser.exit(1, "python -m lessons figures needs matplotlib: pip install -e '.[plots]'\n")
+    if not committed.FIGURE_DIR.parent.is_dir():  # an installed package has no docs/ to draw into
+        parser.exit(1, f"python -m lessons figures works in a checkout of the repository: no {committed.FIGURE_DIR}\n")
+    unknown = [name for name in args.names if name not in committed.FIGURES]
+    if unknown:
+        parser.error(f"unknown figure(s) {unknown}; known: {', '.join(committed.FIGURES)}")
+    if args.check:
+        if args.names:
+            parser.error("--check checks every figure")
+        return committed.check()
+    return committed.write(args.names or list(committed.FIGURES))
+
+
+def _add_notebooks(commands) -> None:
+    notebooks = commands.add_parser("notebooks", help=COMMANDS["notebooks"], description=COMMANDS["notebooks"])
+    what = notebooks.add_mutually_exclusive_group()
+    what.add_argument("--check", action="store_true", help="compare with the committed notebooks, outputs stripped; "
+                      "write nothing")
+    what.add_argument("--execute", nargs="*", metavar="NOTEBOOK", default=None, help="run these notebooks (paths, "
+                      "names or stage numbers: 05, precision; none: all) and store their outputs")
+    notebooks.add_argument("--timeout", type=int, default=600, help="--execute: seconds per cell (default 600)")
+    notebooks.add_argument("--engine", choices=("auto", "nbclient", "exec"), default="auto", help="--execute: "
+                           "nbclient (a Jupyter kernel), exec (no Jupyter needed), auto (nbclient when installed)")
+    notebooks.set_defaults(handler=lambda args: _notebooks(notebooks, args))
+
+
+def _notebooks(parser: argparse.ArgumentParser, args) -> int:
+    from lessons.notebooks import CHECKOUT
+    if not (CHECKOUT / "notebooks").is_dir():  # an installed package has no notebooks/ beside it
+        parser.exit(1, f"python -m lessons notebooks works in a checkout of the repository: no {CHECKOUT}/notebooks\n")
+    if args.execute is not None:
+        from lessons.notebooks.execute import execute
+        return execute(args.execute, args.timeout, args.engine)
+    from lessons.notebooks.write import write
+    return write(check=args.check)
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:  # no command: say what there is
         parser.print_help()
         return 0
+    if getattr(args, "handler", None):  # commands that bring their own handler (_add_figures, _add_notebooks)
+        return args.handler(args)
     from ptx.device import has_gpu
     if args.command == "ladder" and not has_gpu():
         # the Numba stages' correctness run needs the simulator; set before anything imports numba.cuda. inspect and

@@ -1,14 +1,12 @@
 """ptx.emulate.run_stage and the "break it" edits of ptx.emulate.breaks (CPU): each edit of a generated kernel's
 PTX is caught with the right report, deadlock, missing fence.proxy.async, accumulator read before
 wgmma.wait_group, or (a wrong swizzle, copies waited for too early) a wrong result; the fence model on a
-hand-written kernel; the notebook cells of tools/emulator_cells.py compile.
+hand-written kernel; the notebook cells of lessons/notebooks/emulator.py compile.
 
 The intact stages on the emulator are tested at many shapes elsewhere, through the same launch code:
 tests/test_stage04.py, test_stage05.py, test_stage06.py (``test_emulated_kernel_*``) and tests/test_generator.py
 (``test_configs_on_the_emulator_*``, every generator config). Here each runs once through run_stage, the
 learner-facing entry point, to check the report of a clean run."""
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -180,8 +178,7 @@ def test_an_edit_that_changes_nothing_is_an_error():
 # ------------------------------------------------------------------------------ the notebook cells
 @pytest.mark.parametrize("number", range(4, 11))
 def test_notebook_cells_compile(number):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-    from emulator_cells import break_it_cells, emulator_cells
+    from lessons.notebooks.emulator import break_it_cells, emulator_cells
     cells = emulator_cells(number) + break_it_cells(number)
     assert {cell["cell_type"] for cell in cells} == {"markdown", "code"}
     for cell in cells:

@@ -1,11 +1,9 @@
-"""The figures' layout functions (lessons/figures.py and what it draws from), checked for the properties the
+"""The figures' layout functions (lessons/figures/ and what it draws from), checked for the properties the
 figures claim, and against the emulator running the kernels' own PTX: the addresses, descriptors and barrier
 parities the figures show are the ones the generated code computes. Plus: every figure function draws, the
 committed PNGs match their manifest, and rendering is deterministic. CPU only; ~10 s (the slow mark: ~10 s more)."""
 import hashlib
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,8 @@ pytest.importorskip("matplotlib")
 
 import lessons  # noqa: E402
 from lessons import figures  # noqa: E402
+from lessons.figures import committed  # noqa: E402
+from lessons.figures.drawing import python_function  # noqa: E402
 from ptx.vocab import barriers, mma_sync, shared_memory  # noqa: E402
 from ptx.vocab import wgmma as w  # noqa: E402
 
@@ -61,7 +61,7 @@ def test_micro_tiles_partition_the_block_tile():
     assert (data["count"] == 1).all()
     owners = data["ty"] * stage.THREADS_N + data["tx"]
     assert (np.bincount(owners.ravel()) == stage.THREAD_M * stage.THREAD_N).all()  # 64 elements per thread
-    offset = figures._py(stage.micro_offset)
+    offset = python_function(stage.micro_offset)
     for t in range(stage.THREADS_N):  # two runs of 4 consecutive columns, HALF_N apart
         cols = [int(offset(j, t)) for j in range(stage.THREAD_N)]
         assert cols == [4 * t + j for j in range(4)] + [stage.HALF_N + 4 * t + j for j in range(4)]
@@ -388,7 +388,7 @@ def test_cluster_census_matches_the_emulated_multicasts():
 
     Warpgroup.bulk = recording
     try:
-        run_gemm(config, *figures._ring_input(m, n, k), sm_count=4)
+        run_gemm(config, *figures.ring_input(m, n, k), sm_count=4)
     finally:
         Warpgroup.bulk = original
     steps = figures.cluster_steps(ctas, m_blocks, n_blocks, config.raster_group)
@@ -442,23 +442,14 @@ def test_every_figure_renders():
         assert buffer.getvalue().startswith(b"\x89PNG")
 
 
-def _make_figures():
-    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "tools" / "make_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("make_figures", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_committed_figures_match_the_registry_and_the_manifest():
-    tool = _make_figures()
-    manifest = json.loads(tool.MANIFEST.read_text())
+    manifest = json.loads(committed.MANIFEST.read_text())
     names = {f"{name}.png" for name in figures.FIGURES}
     assert set(manifest["figures"]) == names
-    assert {p.name for p in tool.FIGURE_DIR.glob("*.png")} == names
+    assert {p.name for p in committed.FIGURE_DIR.glob("*.png")} == names
     for name, digest in manifest["figures"].items():
-        data = (tool.FIGURE_DIR / name).read_bytes()
-        assert data.startswith(tool.PNG_SIGNATURE) and hashlib.sha256(data).hexdigest() == digest, name
+        data = (committed.FIGURE_DIR / name).read_bytes()
+        assert data.startswith(committed.PNG_SIGNATURE) and hashlib.sha256(data).hexdigest() == digest, name
     assert all(name[:2].isdigit() and int(name[:2]) in lessons.STAGES or name.startswith(tuple(lessons.TOPICS))
                for name in figures.FIGURES)  # named after its stage, or its topic lesson
     documented = (ROOT / "docs" / "figures.md").read_text()
@@ -466,8 +457,7 @@ def test_committed_figures_match_the_registry_and_the_manifest():
 
 
 def test_rendering_is_deterministic():
-    tool = _make_figures()
-    first = tool.render("05_sw128_atom")
-    assert first == tool.render("05_sw128_atom")
-    if json.loads(tool.MANIFEST.read_text())["versions"] == tool.versions():
-        assert first == (tool.FIGURE_DIR / "05_sw128_atom.png").read_bytes()  # and the committed file is current
+    first = committed.render("05_sw128_atom")
+    assert first == committed.render("05_sw128_atom")
+    if json.loads(committed.MANIFEST.read_text())["versions"] == committed.versions():
+        assert first == (committed.FIGURE_DIR / "05_sw128_atom.png").read_bytes()  # and the committed file is current

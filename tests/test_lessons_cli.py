@@ -30,7 +30,7 @@ def test_no_arguments_prints_help_listing_the_commands(capsys):
     assert main([]) == 0
     out = capsys.readouterr().out
     assert "usage: python -m lessons" in out
-    for command in ("ladder", "inspect", "diff", "ablate"):
+    for command in ("ladder", "inspect", "diff", "ablate", "figures", "notebooks"):
         assert re.search(rf"^\s+{command}\s+\S", out, re.MULTILINE), f"{command} not listed:\n{out}"
 
 
@@ -159,3 +159,32 @@ def test_committed_summary_names_the_previous_stage_or_says_there_is_none():
     first, later = (" ".join(ladder.committed_summary(number).split()) for number in (1, 2))
     assert "-x" not in first and "no stage before it" in first
     assert re.search(r"\d+\.\d\dx stage 01", later) and "of its speed of light" in later
+
+
+# ------------------------------------------------------------------------------------------ figures, notebooks
+
+def test_figures_help_and_an_unknown_figure_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["figures", "--help"])
+    assert exit_info.value.code == 0 and "docs/figures" in capsys.readouterr().out
+    pytest.importorskip("matplotlib")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["figures", "no_such_figure"])
+    assert exit_info.value.code == 2 and "08_tile_raster" in capsys.readouterr().err
+
+
+def test_figures_check_passes_on_the_committed_figures(capsys):
+    pytest.importorskip("matplotlib")
+    assert main(["figures", "--check"]) == 0
+    assert "figures up to date" in capsys.readouterr().out
+
+
+def test_notebooks_help_check_and_one_mode_at_a_time(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["notebooks", "--help"])
+    assert exit_info.value.code == 0 and "--execute" in capsys.readouterr().out
+    assert main(["notebooks", "--check"]) == 0
+    assert "every notebook is current" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["notebooks", "--check", "--execute", "05"])
+    assert exit_info.value.code == 2 and "not allowed with" in capsys.readouterr().err

@@ -18,6 +18,9 @@ from pathlib import Path
 import pytest
 
 import lessons
+from lessons.__main__ import main
+from lessons.notebooks import write as notebook_writer
+from lessons.notebooks.ipynb import render
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -91,10 +94,8 @@ def test_notebooks_are_valid_nbformat():
         nbformat.validate(nbformat.read(path, as_version=4))
 
 
-def test_notebooks_match_their_generator():
-    result = subprocess.run([sys.executable, str(ROOT / "tools" / "make_notebooks.py"), "--check"],
-                            cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
+def test_notebooks_match_their_generator(capsys):
+    assert main(["notebooks", "--check"]) == 0, capsys.readouterr().out
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS + TOPIC_NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS + TOPIC_NOTEBOOKS])
@@ -145,17 +146,10 @@ def test_timing_cells_say_what_the_first_stage_is_compared_with(capsys):
 
 # ------------------------------------------------------------------------------ committed outputs
 
-def _tool(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS + TOPIC_NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS + TOPIC_NOTEBOOKS])
 def test_notebook_is_committed_with_the_outputs_of_a_clean_run(path):
     """Outputs stored by one run of every cell in order (execution counts 1, 2, ...), none of them an error."""
-    rerun = f"run: PYTHONPATH=. python tools/execute_notebooks.py {path.relative_to(ROOT)}"
+    rerun = f"run: python -m lessons notebooks --execute {path.relative_to(ROOT)}"
     code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
     assert any(c["outputs"] for c in code), f"{path.name} has no outputs; {rerun}"
     assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1)), \
@@ -166,28 +160,26 @@ def test_notebook_is_committed_with_the_outputs_of_a_clean_run(path):
 
 
 def test_regenerating_keeps_outputs_of_unchanged_notebooks(tmp_path, monkeypatch, capsys):
-    make_notebooks = _tool("make_notebooks")
-    monkeypatch.setattr(make_notebooks, "NOTEBOOKS", tmp_path)
-    monkeypatch.setattr(make_notebooks, "ROOT", tmp_path.parent)
-    built = make_notebooks.build()
+    monkeypatch.setattr(notebook_writer, "NOTEBOOKS", tmp_path)
+    built = notebook_writer.build()
     for name, nb in built.items():
-        (tmp_path / f"{name}.ipynb").write_text(make_notebooks.render(nb))
-    executed = json.loads(make_notebooks.render(built["01_naive"]))
+        (tmp_path / f"{name}.ipynb").write_text(render(nb))
+    executed = json.loads(render(built["01_naive"]))
     for count, cell in enumerate((c for c in executed["cells"] if c["cell_type"] == "code"), 1):
         cell["execution_count"] = count
         cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": [f"cell {count}\n"]}]
-    (tmp_path / "01_naive.ipynb").write_text(make_notebooks.render(executed))
-    edited = json.loads(make_notebooks.render(built["02_smem_tiling"]))
+    (tmp_path / "01_naive.ipynb").write_text(render(executed))
+    edited = json.loads(render(built["02_smem_tiling"]))
     edited["cells"][0]["source"] = ["# an edit by hand\n"]
     edited["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["stale\n"]}]
-    (tmp_path / "02_smem_tiling.ipynb").write_text(make_notebooks.render(edited))
+    (tmp_path / "02_smem_tiling.ipynb").write_text(render(edited))
 
-    assert make_notebooks.main(["--check"]) == 1  # the edited source counts; outputs do not
+    assert main(["notebooks", "--check"]) == 1  # the edited source counts; outputs do not
     assert "02_smem_tiling.ipynb" in capsys.readouterr().out
-    assert make_notebooks.main([]) == 0
+    assert main(["notebooks"]) == 0
     assert json.loads((tmp_path / "01_naive.ipynb").read_text()) == executed  # outputs kept
-    assert (tmp_path / "02_smem_tiling.ipynb").read_text() == make_notebooks.render(built["02_smem_tiling"])
-    assert make_notebooks.main(["--check"]) == 0
+    assert (tmp_path / "02_smem_tiling.ipynb").read_text() == render(built["02_smem_tiling"])
+    assert main(["notebooks", "--check"]) == 0
 
 
 TOY_NOTEBOOK = [
@@ -217,8 +209,9 @@ def test_executor_without_jupyter_stores_what_jupyter_would(tmp_path):
     _toy(good, TOY_NOTEBOOK)
     _toy(bad, [("code", "print('before')"), ("code", "1 / 0"), ("code", "print('never')")])
     bad_text = bad.read_text()
-    result = subprocess.run([sys.executable, str(ROOT / "tools" / "execute_notebooks.py"), "--engine", "exec",
-                             "--timeout", "120", str(good), str(bad)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "lessons", "notebooks", "--engine", "exec", "--timeout", "120",
+                             "--execute", str(good), str(bad)], cwd=ROOT, env=_environment(), capture_output=True,
+                            text=True, timeout=300)
     assert result.returncode == 1 and "ZeroDivisionError" in result.stderr, result.stdout + result.stderr
     assert bad.read_text() == bad_text, "a notebook whose run failed must not be written"
 
@@ -250,7 +243,7 @@ def test_stage_notebook_ends_with_its_exercise(path):
     assert skeleton in prompt_text and f"notebooks/my_ex{number:02d}.py" in prompt_text, prompt_text
     assert grading["cell_type"] == "code" and f"grade({number}, " in grading_text, grading_text
     printed = "".join("".join(o.get("text", "")) for o in grading["outputs"] if o["output_type"] == "stream")
-    rerun = f"run: PYTHONPATH=. python tools/execute_notebooks.py {path.relative_to(ROOT)}"
+    rerun = f"run: python -m lessons notebooks --execute {path.relative_to(ROOT)}"
     graded = printed.partition("\n")[0]  # "grading stage NN (name): <the file>"
     assert graded.endswith(f"notebooks/my_ex{number:02d}.py") or (
         graded.endswith(f": {skeleton}") and printed.rstrip().endswith("FAILED")), \

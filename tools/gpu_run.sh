@@ -56,7 +56,7 @@ for part in "$@"; do
             timeout ${GRADE_TIMEOUT:-540} $PY tools/calibrate_grader.py ${CALIBRATE_ARGS:-} 2>&1 | tee "$OUT/calibrate.log" | tail -60
             tar czf "$OUT/grading.tgz" results/grading.json results/grading ;;
     notebooks) # execute notebooks in place (NOTEBOOKS="00 07 ..." or all), bring them back as one archive
-            $PY tools/execute_notebooks.py ${NOTEBOOKS:-} 2>&1 | tee "$OUT/notebooks.log" | tail -40
+            $PY -m lessons notebooks --execute ${NOTEBOOKS:-} 2>&1 | tee "$OUT/notebooks.log" | tail -40
             tar czf "$OUT/notebooks.tgz" notebooks/*.ipynb ;;
     *) echo "unknown part $part" ;;
   esac

@@ -60,7 +60,7 @@ rows of b_tile, same column. Shared memory has 32 banks of 4-byte words; word w 
 `b_tile_pitch()`: the number of float32 words between consecutive rows of b_tile (the kernel declares
 cuda.shared.array((32, b_tile_pitch()), float32)). It must hold a row of BLOCK_K = 128 values, and a warp's 32 reads
 must land in 32 different banks. Read lessons/02_smem_tiling.py (shared_word, BANKS) and the bank figure of
-lessons/figures.py."""
+lessons/figures/numba_threads.py."""
 
 EXERCISE = Exercise(
     stage=2,
@@ -70,7 +70,7 @@ EXERCISE = Exercise(
     holes=HOLES,
     questions=(
         ("Predict: with a pitch of 128 words, how many banks do the 32 reads of b_tile[tx, k] touch? How many with "
-         "129?", "Check with lessons.figures' smem_banks figure (`python -m lessons.figures`) or "
+         "129?", "Check with lessons.figures' smem_banks figure (`python -m lessons figures 02_smem_tile_banks`) or "
          "`[shared_word(tx, 0, p) % 32 for tx in range(32)]` from lessons/02_smem_tiling.py."),
         ("Predict: how many bytes of shared memory does a block use with your pitch?",
          "Check with `python -m lessons inspect 2` (shared_bytes of the kernel: 32*128*4 + 32*pitch*4)."),

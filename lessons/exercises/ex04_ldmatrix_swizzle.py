@@ -97,7 +97,7 @@ EXERCISE = Exercise(
          "Check with `python -m lessons inspect 4` (SASS key opcodes: LDSM 24, HMMA 128 per thread's code)."),
         ("Predict: which banks do the 8 rows of one 8x8 matrix hit with the swizzle, and without it?",
          "Check with `python -m lessons ablate 4` on a CPU (the 'without the XOR swizzle' variant) or the swizzle "
-         "figure of lessons/figures.py."),
+         "figure of lessons/figures/tensor_core_layouts.py."),
         ("Predict: what does D look like if your offsets forget the swizzle (which outputs go wrong)?",
          "Check with the emulator: `lessons.stage(4).emulate(a, sa, b, sb, fragment_offsets=(your_a, your_b))` "
          "against gemm.fp8.reference_gemm on a 70x200x256 problem."),

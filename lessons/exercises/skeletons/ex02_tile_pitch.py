@@ -8,7 +8,7 @@ rows of b_tile, same column. Shared memory has 32 banks of 4-byte words; word w 
 `b_tile_pitch()`: the number of float32 words between consecutive rows of b_tile (the kernel declares
 cuda.shared.array((32, b_tile_pitch()), float32)). It must hold a row of BLOCK_K = 128 values, and a warp's 32 reads
 must land in 32 different banks. Read lessons/02_smem_tiling.py (shared_word, BANKS) and the bank figure of
-lessons/figures.py.
+lessons/figures/numba_threads.py.
 
 Grade it: python -m lessons grade 2 this_file.py
 """

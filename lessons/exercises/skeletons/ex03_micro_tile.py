@@ -9,7 +9,8 @@ micro_offset(j, tx)) from k-major shared tiles, then does 64 FFMAs. Write `micro
 (column) of a thread's i-th row (column), for i in 0..7 and thread in 0..15. Every row must belong to exactly one
 (thread, i); and for 128-bit shared loads a thread's 8 offsets should be two runs of 4 consecutive words (16-byte
 aligned), laid out so that the 16 threads of a half-warp read 256 contiguous bytes. Use integer arithmetic only
-(// % * +): it runs inside the kernel. Read lessons/03_register_tiling.py and its figure in lessons/figures.py.
+(// % * +): it runs inside the kernel. Read lessons/03_register_tiling.py and its figure in
+lessons/figures/numba_threads.py.
 
 Grade it: python -m lessons grade 3 this_file.py
 """
@@ -29,6 +30,6 @@ def micro_offset(i, thread):
 #    for yours, Exercise.build(solution).sass().
 # 2. Predict: with 8*t + i, how many 16-byte chunks do the 16 threads of a half-warp touch per load, and how many
 #    bank conflicts follow?
-#    Check with the micro-tile figure of lessons/figures.py (bank of each word a half-warp reads).
+#    Check with the micro-tile figure of lessons/figures/numba_threads.py (bank of each word a half-warp reads).
 # 3. Predict: how many registers does a thread need (partials, totals, fragments)?
 #    Check with `python -m lessons inspect 3` (registers, spills).

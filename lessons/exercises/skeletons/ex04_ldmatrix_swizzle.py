@@ -40,7 +40,7 @@ def b_fragment_offset(warp_n, lane, n_pair, k_step):
 #    Check with `python -m lessons inspect 4` (SASS key opcodes: LDSM 24, HMMA 128).
 # 2. Predict: which banks do the 8 rows of one 8x8 matrix hit with the swizzle, and without it?
 #    Check with `python -m lessons ablate 4` on a CPU (the "without the XOR swizzle" variant) or the swizzle figure
-#    of lessons/figures.py.
+#    of lessons/figures/tensor_core_layouts.py.
 # 3. Predict: what does D look like if your offsets forget the swizzle (which outputs go wrong)?
 #    Check with the emulator: lessons.stage(4).emulate(a, sa, b, sb, fragment_offsets=(your_a, your_b)) against
 #    gemm.fp8.reference_gemm on a 70x200x256 problem.

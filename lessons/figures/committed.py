@@ -1,8 +1,9 @@
-"""Write docs/figures/NN_name.png from lessons.figures, so the figures are drawn by the kernels' own layout code.
+"""``python -m lessons figures``: write docs/figures/NN_name.png from lessons.figures, so the figures are drawn by
+the kernels' own layout code.
 
-    python tools/make_figures.py             # (re)write every figure and docs/figures/manifest.json
-    python tools/make_figures.py 06_tma_ring_timeline 08_tile_raster    # only these (the manifest is updated)
-    python tools/make_figures.py --check     # exit 1 if a committed figure is missing, extra, edited or stale
+    python -m lessons figures             # (re)write every figure and docs/figures/manifest.json
+    python -m lessons figures 06_tma_ring_timeline 08_tile_raster    # only these (the manifest is updated)
+    python -m lessons figures --check     # exit 1 if a committed figure is missing, extra, edited or stale
 
 No GPU is needed (stage 10's figure assembles and disassembles two cubins on the CPU, ~10 s). Output is
 deterministic for one matplotlib/FreeType pair: fixed size and dpi, matplotlib's default style (no matplotlibrc),
@@ -19,16 +20,17 @@ other versions it says that this part was skipped.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import io
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import matplotlib
+from matplotlib import ft2font
 
+from lessons.figures import FIGURES
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: the figures are part of its docs
 FIGURE_DIR = ROOT / "docs" / "figures"
 MANIFEST = FIGURE_DIR / "manifest.json"
 DPI = 100
@@ -36,16 +38,12 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def versions() -> dict[str, str]:
-    import matplotlib
-    from matplotlib import ft2font
     return {"matplotlib": matplotlib.__version__, "freetype": ft2font.__freetype_version__}
 
 
 def render(name: str) -> bytes:
     """The PNG bytes of figure ``name``, drawn with matplotlib's default style."""
-    import matplotlib
     matplotlib.use("Agg")
-    from lessons.figures import FIGURES
     with matplotlib.rc_context():
         matplotlib.rcdefaults()  # ignore any matplotlibrc: the same input gives the same pixels
         figure = FIGURES[name]()
@@ -59,7 +57,6 @@ def sha256(data: bytes) -> str:
 
 
 def write(names: list[str]) -> int:
-    from lessons.figures import FIGURES
     FIGURE_DIR.mkdir(parents=True, exist_ok=True)
     manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
     if manifest.get("versions") not in (None, versions()) and set(names) != set(FIGURES):
@@ -80,7 +77,6 @@ def write(names: list[str]) -> int:
 
 
 def check() -> int:
-    from lessons.figures import FIGURES
     problems = []
     manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else None
     if manifest is None:
@@ -114,27 +110,8 @@ def check() -> int:
     for problem in problems:
         print(problem)
     if problems:
-        print("run: python tools/make_figures.py")
+        print("run: python -m lessons figures")
         return 1
     print(f"{len(FIGURES)} figures up to date")
     return 0
 
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="figures to write (default: all), e.g. 08_tile_raster")
-    parser.add_argument("--check", action="store_true", help="verify the committed figures; write nothing")
-    args = parser.parse_args(argv)
-    from lessons.figures import FIGURES
-    unknown = [n for n in args.names if n not in FIGURES]
-    if unknown:
-        parser.error(f"unknown figure(s) {unknown}; known: {', '.join(FIGURES)}")
-    if args.check:
-        if args.names:
-            parser.error("--check checks every figure")
-        return check()
-    return write(args.names or list(FIGURES))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

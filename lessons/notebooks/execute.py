@@ -1,17 +1,17 @@
-"""Execute the notebooks in place and store their outputs, so the committed notebooks (and the docs site that
-renders them) show a real run.
+"""``python -m lessons notebooks --execute``: execute the notebooks in place and store their outputs, so the
+committed notebooks (and the docs site that renders them) show a real run.
 
-    PYTHONPATH=. python tools/execute_notebooks.py                  # every notebook in notebooks/
-    PYTHONPATH=. python tools/execute_notebooks.py notebooks/05_wgmma.ipynb 08 precision   # some of them
-    PYTHONPATH=. python tools/execute_notebooks.py --timeout 1200   # seconds per cell (default 600)
+    python -m lessons notebooks --execute                  # every notebook in notebooks/
+    python -m lessons notebooks --execute notebooks/05_wgmma.ipynb 08 precision   # some of them
+    python -m lessons notebooks --execute --timeout 1200   # seconds per cell (default 600)
 
 The committed outputs come from whichever machine ran this last. On a Hopper GPU machine, from the repository
 root, the one command that refreshes them all with GPU outputs (real kernels, correctness checks, timings) is
 
-    PYTHONPATH=. python tools/execute_notebooks.py
+    python -m lessons notebooks --execute
 
-After editing the cells in tools/make_notebooks.py: ``python tools/make_notebooks.py`` rewrites the changed
-notebooks without outputs, then this executes them.
+After editing the cells in lessons/notebooks/: ``python -m lessons notebooks`` rewrites the changed notebooks
+without outputs, then this executes them.
 
 Each notebook runs in a fresh interpreter with notebooks/ as working directory, as Jupyter runs it, and the
 repository root on PYTHONPATH. With nbclient and ipykernel installed (the ``test`` extra) it runs in a real
@@ -20,7 +20,7 @@ Jupyter kernel; without them (a bare GPU machine) a small executor needs no Jupy
 stored as Jupyter stores them, and the matplotlib figures a cell draws stored as PNG (when matplotlib is there).
 
 What is stored adds no noise of its own: execution counts 1, 2, ... in cell order, no timestamps, the notebook's
-and the cells' metadata left as tools/make_notebooks.py wrote them (so ``make_notebooks.py --check`` still
+and the cells' metadata left as ``python -m lessons notebooks`` wrote them (so its ``--check`` still
 passes), consecutive writes to a stream merged, progress-bar carriage returns resolved, figures at 72 DPI (what
 the cells print, random inputs and wall times included, differs from run to run). A notebook whose run fails is
 not written; the error is printed and the exit status is 1.
@@ -46,8 +46,10 @@ import traceback
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
+from lessons.notebooks import CHECKOUT
+from lessons.notebooks.ipynb import render  # the generator's JSON layout, so both commands write the same bytes
+
+NOTEBOOKS = CHECKOUT / "notebooks"
 FIGURE_DPI = 72  # matplotlib's default is 100: the figures stay legible and the notebooks' JSON smaller
 DEFAULT_TIMEOUT_S = 600  # per cell: a GPU run compiles kernels and times the ladder's shape
 
@@ -67,7 +69,7 @@ def resolve(names: list[str]) -> list[Path]:
             continue
         hits = [p for p in every if p.stem == name or p.name == name or p.stem.split("_", 1)[0] == name]
         if len(hits) != 1:
-            raise SystemExit(f"no single notebook matches {name!r} (in {NOTEBOOKS.relative_to(ROOT)}/)")
+            raise SystemExit(f"no single notebook matches {name!r} (in {NOTEBOOKS})")
         out.append(hits[0])
     return out
 
@@ -126,9 +128,6 @@ def coalesce(outputs: list[dict]) -> list[dict]:
 
 def store(path: Path, original: dict, outputs: list[list[dict]]) -> None:
     """Write ``original`` with the outputs of its code cells (in order) and sequential execution counts."""
-    if str(Path(__file__).resolve().parent) not in sys.path:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from make_notebooks import render  # the generator's JSON layout, so the two tools write the same bytes
     cells, count = [], 0
     code_outputs = iter(outputs)
     for cell in original["cells"]:
@@ -153,7 +152,7 @@ def _errors(outputs: list[list[dict]]) -> list[str]:
 def environment(scratch: Path) -> dict[str, str]:
     """The kernel's environment: repository root on PYTHONPATH, a matplotlibrc with the figure DPI."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(CHECKOUT), *filter(None, [env.get("PYTHONPATH")])])
     rc = scratch / "matplotlibrc"
     rc.write_text(f"figure.dpi: {FIGURE_DPI}\nsavefig.dpi: figure\n")
     env["MATPLOTLIBRC"] = str(rc)
@@ -349,11 +348,11 @@ class _Executor:
 
 
 def run_fallback(path: Path, timeout: int, env: dict[str, str]) -> list[list[dict]]:
-    """Run ``path`` in a fresh interpreter (this file with --one); the outputs of each code cell."""
+    """Run ``path`` in a fresh interpreter (this module with --one); the outputs of each code cell."""
     with tempfile.NamedTemporaryFile("r", suffix=".json") as result:
         cells = sum(c["cell_type"] == "code" for c in json.loads(path.read_text())["cells"])
-        proc = subprocess.run([sys.executable, __file__, "--one", str(path), "--result", result.name,
-                               "--timeout", str(timeout)], env=env, cwd=path.parent,
+        proc = subprocess.run([sys.executable, "-m", "lessons.notebooks.execute", "--one", str(path),
+                               "--result", result.name, "--timeout", str(timeout)], env=env, cwd=path.parent,
                               timeout=timeout * max(cells, 1) + 60)
         if proc.returncode != 0:
             raise RuntimeError(f"the executor for {path.name} exited with status {proc.returncode}")
@@ -362,37 +361,23 @@ def run_fallback(path: Path, timeout: int, env: dict[str, str]) -> list[list[dic
 
 # ------------------------------------------------------------------------------------------ main
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*",
-                        help="paths, names or stage numbers (00 .. 10, precision); default: all of notebooks/")
-    parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds per cell (default %(default)s)")
-    parser.add_argument("--engine", choices=("auto", "nbclient", "exec"), default="auto",
-                        help="nbclient: a Jupyter kernel; exec: no Jupyter needed; auto: nbclient when installed")
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one notebook in this process
-    parser.add_argument("--result", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-
-    if args.one:
-        outputs = _Executor(Path(args.one), args.timeout).run()
-        Path(args.result).write_text(json.dumps(outputs))
-        return 0
-
-    engine = args.engine
+def execute(names: list[str], timeout: int = DEFAULT_TIMEOUT_S, engine: str = "auto") -> int:
+    """Run the notebooks ``names`` (paths, names or stage numbers; none: all of notebooks/) and store their
+    outputs. ``engine``: nbclient (a Jupyter kernel), exec (no Jupyter needed), auto (nbclient when installed)."""
     if engine == "auto":
         engine = "nbclient" if have_jupyter() else "exec"
     failed = []
-    for path in resolve(args.notebooks):
+    for path in resolve(names):
         original = json.loads(path.read_text())
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as scratch:
             env = environment(Path(scratch))
             if engine == "nbclient":
-                outputs = run_nbclient(path, args.timeout, env, Path(scratch))
+                outputs = run_nbclient(path, timeout, env, Path(scratch))
             else:
-                outputs = run_fallback(path, args.timeout, env)
+                outputs = run_fallback(path, timeout, env)
         errors = _errors(outputs)
-        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        name = path.relative_to(CHECKOUT) if path.is_relative_to(CHECKOUT) else path
         if errors:
             failed.append(path.name)
             print(f"FAILED {name} ({engine}, {time.perf_counter() - start:.0f} s), not written:\n{errors[0]}",
@@ -406,5 +391,17 @@ def main(argv=None) -> int:
     return 0
 
 
+def _worker(argv: list[str]) -> int:
+    """run_fallback's fresh interpreter, not a command of its own: run one notebook in this process and write the
+    outputs of its code cells as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m lessons.notebooks.execute", description=_worker.__doc__)
+    parser.add_argument("--one", type=Path, required=True, help="the notebook")
+    parser.add_argument("--result", type=Path, required=True, help="where its outputs go")
+    parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds per cell")
+    args = parser.parse_args(argv)
+    args.result.write_text(json.dumps(_Executor(args.one, args.timeout).run()))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_worker(sys.argv[1:]))

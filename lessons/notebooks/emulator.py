@@ -5,26 +5,18 @@
     break_it_cells(n)  -> [markdown, code, (markdown, code) per break]: the same kernel with one small PTX
                           edit from ptx.emulate.breaks, and what the emulator reports
 
-The cells expect the notebook's setup cell to have run (make_notebooks.setup_cell: the repository on sys.path,
+The cells expect the notebook's setup cell to have run (lessons.notebooks.cells.setup_cell: the repository on sys.path,
 ``stage = lessons.stage(n)``); they import the rest themselves. Each runs in a few seconds on one CPU core.
 """
 from __future__ import annotations
+
+from lessons.notebooks.ipynb import code, markdown
 
 PTX_STAGES = (4, 5, 6, 7, 8, 9, 10)
 # (M, N, K) per stage: ragged M and N; K blocks > pipeline stages where there is a ring, so it wraps and the
 # parities flip (and a wrong producer parity is reached). Stage 04 runs in lockstep, the slowest: smaller.
 SHAPES = {4: (100, 136, 512), 5: (130, 256, 640)} | {n: (130, 256, 2048) for n in range(6, 11)}
 SM_COUNT = {9: 4, 10: 4}  # the generator's persistent grid: CTAs standing in for SMs (2-CTA clusters: even)
-
-
-def _helpers():
-    import sys
-    from pathlib import Path
-    here = str(Path(__file__).resolve().parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    from make_notebooks import code, markdown  # imported late: make_notebooks may import this module
-    return markdown, code
 
 
 def _check(number: int) -> None:
@@ -54,7 +46,6 @@ EXECUTION = {
 def emulator_cells(number: int) -> list[dict]:
     """Stage ``number``'s generated PTX on the CPU emulator, checked against the float64 reference."""
     _check(number)
-    markdown, code = _helpers()
     m, n, k = SHAPES[number]
     sm = SM_COUNT.get(number, 3)
     launch = f", sm_count={sm}" if number >= 7 else ""
@@ -225,7 +216,6 @@ Stage {number:02d} has no mbarriers (they come with TMA in stage 06){more}: its 
 def break_it_cells(number: int) -> list[dict]:
     """Stage ``number``'s kernel with one PTX edit at a time, and what the emulator reports for each."""
     _check(number)
-    markdown, code = _helpers()
     if number == 4:
         breaks = [SWIZZLE_COPIES, EARLY_COPIES]
         note = NO_MBARRIER.format(number=4, more=", no async proxy and no `wgmma` (stage 05)")

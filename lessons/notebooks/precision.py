@@ -1,17 +1,13 @@
 """The cells of notebooks/precision.ipynb: where an FP8 GEMM loses precision, and what DeepSeek-V3's recipe (1x128
 activation scales, 128x128 weight blocks, promotion into FP32 every 128 of K) does about it. Every number is
-computed by gemm.precision or the CPU emulator when the notebook runs (none is written here); every cell runs on
+computed by lessons.precision or the CPU emulator when the notebook runs (none is written here); every cell runs on
 a CPU in seconds.
 
-``cells()`` returns the cell list for tools/make_notebooks.py (its ``markdown`` / ``code`` helpers, imported when
-called, so either module may import the other).
+``cells()`` returns the cell list for lessons.notebooks.write.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-TOOLS = Path(__file__).resolve().parent
+from lessons.notebooks.ipynb import code, markdown
 
 INTRO = """\
 # Precision · where an FP8 GEMM loses bits
@@ -30,7 +26,7 @@ answer for each:
    FP32, and the tensor cores start a fresh partial sum. The scales ride along for free.
 3. **The cost side:** why the weights get 128×128 blocks and not 1×128 groups like the activations.
 
-Everything runs on this CPU: `gemm.precision` computes the tables with the library's own casts, and the PTX
+Everything runs on this CPU: `lessons.precision` computes the tables with the library's own casts, and the PTX
 emulator runs a generated kernel. The limited-precision accumulator is a **model** (`ptx.emulate.matrix.
 AccumulatorModel`), written from DeepSeek's description, not a bit-exact copy of the hardware, which NVIDIA does
 not document; the emulator uses it only when asked (`with accumulator_model(14):`), and is exact otherwise.
@@ -124,12 +120,12 @@ EMULATOR_NOTE = """\
 ## 2b · The same model inside the emulator: delete the promotion and watch
 
 `ptx.emulate` runs the generated PTX; `with accumulator_model(14):` makes each of its wgmmas use the model above
-(the same function: `gemm.precision.accumulate` reproduces the emulated kernel bit for bit, and
-tests/test_precision.py checks it). `gemm.precision.without_promotion` is the edit a student would make to the
+(the same function: `lessons.precision.accumulate` reproduces the emulated kernel bit for bit, and
+tests/test_precision.py checks it). `lessons.precision.without_promotion` is the edit a student would make to the
 kernel: the wgmma accumulators are zeroed once per tile and never restarted (every wgmma gets scale-d = true),
 and the promotion `total += acc * scale` becomes `total = acc * scale`, so the whole K stays in the tensor cores'
 accumulator. That is the same GEMM only when the scales do not change along K, so the operands here have one
-scale per tensor. `promotion_deleted()` makes `run_gemm` run the edited PTX.
+scale per tensor. `run_gemm(..., ptx=edited)` runs the edited PTX with the config's maps and grid.
 
 The output is BF16, whose rounding (≈ 2⁻⁹ relative) is the floor of every column: with the promotion, the model's
 error stays under it (most outputs are the exact kernel's bits); without it, the error grows with K, matching
@@ -167,8 +163,8 @@ for k in (512, 1024, 2048, 4096):
     exact = run_gemm(config, a, sa, b, sb, sm_count=1)
     with accumulator_model(14):
         promoted = run_gemm(config, a, sa, b, sb, sm_count=1)
-        with precision.promotion_deleted():
-            whole = run_gemm(config, a, sa, b, sb, sm_count=1)
+        whole = run_gemm(config, a, sa, b, sb, sm_count=1,
+                         ptx=precision.without_promotion(generate(config, n, k)))
     error = lambda d: float(np.linalg.norm(d - want) / np.linalg.norm(want))
     rows.append({"k": k, "exact": error(exact), "promoted": error(promoted), "whole": error(whole),
                  "same": float(np.mean(promoted == exact))})
@@ -212,15 +208,12 @@ OUTRO = """\
   DeepGEMM promotes every 128 because the scales change every 128 of K anyway; what would 256 or 512 cost?
 * Change `precision.TOKEN_GAIN` or `CHANNEL_GAIN` and rerun section 1: at what outlier size does per-tensor
   scaling start flushing ordinary values?
-* Run any generated kernel (`gemm.emulated.run_gemm`) under `accumulator_model(14)`: every config promotes every
+* Run any generated kernel (`gemm.testing.emulated.run_gemm`) under `accumulator_model(14)`: every config promotes every
   128, so all stay within BF16's rounding of the exact result.
 """
 
 
 def cells() -> list[dict]:
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
-    from make_notebooks import code, markdown
     return [
         markdown(INTRO), code(SETUP),
         markdown(SCALING_NOTE), code(SCALING_CELL),

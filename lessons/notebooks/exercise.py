@@ -6,26 +6,17 @@
 
 The text comes from ``lessons.exercises.exercise(n)`` when the notebook is generated, never retyped here, so the
 notebook, the skeleton's docstring and ``python -m lessons grade`` say the same thing (editing an exercise's prompt
-makes ``make_notebooks.py --check`` ask for the notebook to be regenerated). The grading cell expects the
-notebook's setup cell to have run (make_notebooks.setup_cell: ``ROOT``, the repository on sys.path); on the CPU
+makes ``python -m lessons notebooks --check`` ask for the notebook to be regenerated). The grading cell expects the
+notebook's setup cell to have run (lessons.notebooks.cells.setup_cell: ``ROOT``, the repository on sys.path); on the CPU
 it grades the skeleton in a few seconds. Students' files, notebooks/my_ex*.py, are git-ignored.
 """
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _helpers():
-    here = str(Path(__file__).resolve().parent)
-    for path in (here, str(REPO)):  # make_notebooks' helpers; the lessons package, whose exercises we read
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    from make_notebooks import code, markdown  # imported late: make_notebooks imports this module
-    return markdown, code
+from lessons.exercises import exercise
+from lessons.notebooks import CHECKOUT
+from lessons.notebooks.ipynb import code, markdown
 
 
 def _escape(text: str) -> str:
@@ -42,10 +33,8 @@ def _capitalized(text: str) -> str:
 
 def exercise_cells(number: int) -> list[dict]:
     """Stage ``number``'s exercise: the prompt from ``lessons.exercises.exercise(number)`` and a grading cell."""
-    markdown, code = _helpers()
-    from lessons.exercises import exercise
     ex = exercise(number)
-    skeleton = ex.skeleton.relative_to(REPO).as_posix()
+    skeleton = ex.skeleton.relative_to(CHECKOUT).as_posix()
     mine = f"notebooks/my_ex{number:02d}.py"
     questions = "\n\n".join(f"{i}. {_escape(question)}\n\n    {_escape(_capitalized(answer))}"
                             for i, (question, answer) in enumerate(ex.questions, 1))

@@ -1,18 +1,14 @@
 """The cells of notebooks/moe_grouped.ipynb: grouped GEMMs for MoE, why there are two layouts, how the scheduler
 walks each, and how a dispatcher's output feeds them. The story is lessons/moe_grouped.py's docstring (printed, not
 re-told here); every table is computed by its helpers and by the kernel's scheduler functions when the notebook
-runs; both grouped GEMMs run on the CPU emulator (gemm.emulated.run_grouped_gemm) and, on a Hopper GPU, for real.
+runs; both grouped GEMMs run on the CPU emulator (gemm.testing.emulated.run_grouped_gemm) and, on a Hopper GPU, for real.
 Every cell runs on a CPU in seconds.
 
-``cells()`` returns the cell list for tools/make_notebooks.py (its ``markdown`` / ``code`` helpers, imported when
-called, so either module may import the other).
+``cells()`` returns the cell list for lessons.notebooks.write.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-TOOLS = Path(__file__).resolve().parent
+from lessons.notebooks.ipynb import code, markdown
 
 INTRO = """\
 # MoE · grouped GEMMs: the contiguous and the masked layout
@@ -166,7 +162,7 @@ FIGURE_NOTE = """\
 ## 4 · The figure
 
 The same two layouts and walks for 4 experts with 150, 0, 40 and 90 tokens (`lessons.figures.moe_layouts`, written
-by `python tools/make_figures.py` to docs/figures/moe_grouped_layouts.png): cells are coloured by CTA and outlined
+by `python -m lessons figures` to docs/figures/moe_grouped_layouts.png): cells are coloured by CTA and outlined
 by group; hatched tiles are skipped padding, blank ones are not tiles at all.
 
 ![moe_grouped_layouts](../docs/figures/moe_grouped_layouts.png)
@@ -177,7 +173,7 @@ EMULATOR_NOTE = """\
 
 A small MoE layer end to end: the tokens are cast to FP8 with 1×128 scales (`per_token_cast_to_fp8`), each
 expert's weight with 128×128 blocks (`per_block_cast_to_fp8`), the codes and scales are dispatched into both
-layouts, and `gemm.emulated.run_grouped_gemm` runs the generated PTX of each grouped kernel (contiguous, then
+layouts, and `gemm.testing.emulated.run_grouped_gemm` runs the generated PTX of each grouped kernel (contiguous, then
 masked) on the CPU PTX emulator, with 3 CTAs standing in for the SMs. The output starts as NaN, so every row the
 kernel leaves alone shows. Each expert's rows are compared with the float64 reference
 (`gemm.fp8.reference_gemm`, DeepGEMM's `calc_diff`; a BF16 output lands near 1e-6, the bar is 1e-3), and the
@@ -195,7 +191,7 @@ try:
 except (ImportError, ValueError) as error:
     run_grouped_gemm = None
     print(f"skipped: this checkout's gemm has no grouped kernels ({error}); the cell needs "
-          "gemm.emulated.run_grouped_gemm and KernelConfig(gemm_type='contiguous' / 'masked')")
+          "gemm.testing.emulated.run_grouped_gemm and KernelConfig(gemm_type='contiguous' / 'masked')")
 
 if run_grouped_gemm is not None:
     rng = np.random.default_rng(6)
@@ -324,9 +320,6 @@ OUTRO = """\
 
 
 def cells() -> list[dict]:
-    if str(TOOLS) not in sys.path:
-        sys.path.insert(0, str(TOOLS))
-    from make_notebooks import code, markdown
     return [
         markdown(INTRO), code(SETUP),
         markdown(DISPATCH_NOTE), code(DISPATCH_CELL),
