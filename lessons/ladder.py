@@ -30,6 +30,7 @@ from gemm.fp8 import flops, gemm_bytes, random_problem
 from gemm.harness import DeviceProblem, checked_run as _checked_run, device_problem
 from gemm.testing import (Column, bench_kernel, command_line, device_info, format_table, three_digits,
                           write_result)
+from lessons.compile_report import numba_report, numba_stage_ptx, ptx_report
 
 WIDTH = 120  # every table this command prints fits a terminal this wide
 COMMITTED = Path(__file__).resolve().parent.parent / "results" / "ladder.json"
@@ -401,8 +402,7 @@ def _resources(report: dict) -> dict:
 
 def describe_without_gpu(number: int, sim_shape, ptx_shape, numba_ptx: dict | None = None) -> dict:
     """One stage without a GPU: a PTX stage assembled for ``ptx_shape``; a Numba stage run in the simulator on
-    ``sim_shape`` and, when ``numba_ptx`` has its PTX (:func:`lessons.inspect_stage.numba_stage_ptx`), assembled."""
-    from lessons.inspect_stage import numba_report, ptx_report
+    ``sim_shape`` and, when ``numba_ptx`` has its PTX (:func:`lessons.compile_report.numba_stage_ptx`), assembled."""
     row = {"stage": number, "label": _label(number)}
     module = _load(number, row)
     if module is None:
@@ -424,8 +424,6 @@ def describe_without_gpu(number: int, sim_shape, ptx_shape, numba_ptx: dict | No
 
 def run_without_gpu(stages, *, sim_shape, ptx_shape) -> int:
     from tqdm import tqdm
-
-    from lessons.inspect_stage import numba_stage_ptx
     sim, ptx = ("x".join(map(str, shape)) for shape in (sim_shape, ptx_shape))
     print(textwrap.fill(
         f"No GPU found. Timings need a GPU, so no result file is written. Numba stages run in the CUDA simulator at "
