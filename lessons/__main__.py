@@ -106,32 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     ablate.add_argument("stage", type=_ablation_stage, help="a stage that bundles ideas: "
                         + ", ".join(f"{n:02d}" for n in stages_with_ablations()))
     ablate.add_argument("--out", type=Path, default=Path("results"), help="folder for ablation_NN.json")
-    from lessons.grade import DEFAULT_SEEDS, DEFAULT_TIMEOUT_S, SECRET_ENV
+    from lessons.grading.command import add_arguments as add_grade_arguments
     grade.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
-    which = grade.add_mutually_exclusive_group(required=True)
-    which.add_argument("solution", type=Path, nargs="?", help="the student's file (the skeleton with its holes "
-                       "filled)")
-    which.add_argument("--reference", action="store_true", help="grade the stage's own code instead (instructors: "
-                       "the run thresholds are set from, tools/calibrate_grader.py)")
-    which.add_argument("--class", dest="class_dir", type=Path, default=None, metavar="DIR",
-                       help="grade every submission in DIR (DIR/<student>.py or DIR/<student>/<file>.py) into a CSV "
-                            "gradebook, Gradescope results.json files and JUnit XML (docs/course.md)")
-    grade.add_argument("--jobs", type=int, default=4, help="submissions graded at once with --class (default 4)")
-    grade.add_argument("--out", type=Path, default=None, help="where --class writes (default DIR/grades)")
-    grade.add_argument("--allow-copies", action="store_true", help="report holes that are the stage's own code "
-                       "(names and formatting aside) without failing them")
-    where = grade.add_mutually_exclusive_group()
-    where.add_argument("--gpu", action="store_true", help="the real kernel on a Hopper GPU, timed (default there)")
-    where.add_argument("--cpu", action="store_true", help="the simulator / PTX emulator at small shapes (default "
-                       "without a Hopper GPU)")
-    grade.add_argument("--json", type=Path, default=None, help="write the JSON report here")
-    grade.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"public seeds per shape (default "
-                       f"{DEFAULT_SEEDS}); as many secret ones are added when {SECRET_ENV} is set")
-    grade.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds the solution's process "
-                       f"may run (default {DEFAULT_TIMEOUT_S})")
-    grade.add_argument("--thresholds", type=Path, default=None, help="per-stage performance thresholds (default "
-                       "results/grading.json)")
-    grade.add_argument("--exercise-file", default=None, help=argparse.SUPPRESS)  # EXERCISE from a file: tests, drafts
+    add_grade_arguments(grade)
     return parser
 
 
@@ -150,7 +127,7 @@ def main(argv=None) -> int:
         from lessons.ladder import main as ladder
         return ladder(args)
     if args.command == "grade":
-        from lessons.grade import main as grade
+        from lessons.grading.command import main as grade
         return grade(args)
     if args.command == "diff":
         from lessons.diff_stages import diff

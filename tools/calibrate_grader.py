@@ -43,7 +43,8 @@ def report_path(stage: int) -> Path:
 
 def run_references(stages, seeds: int, timeout: float) -> None:
     from gemm.testing import device_info, utc_now
-    from lessons.grade import _plain, grade, summary
+    from lessons.grading.grader import grade, summary
+    from lessons.grading.rubric import json_default
     REPORTS.mkdir(parents=True, exist_ok=True)
     for stage in stages:
         # no thresholds file: the reference is measured, not graded against an older calibration
@@ -51,7 +52,7 @@ def run_references(stages, seeds: int, timeout: float) -> None:
         report = grade(stage, None, mode="gpu", seeds=seeds, secret="", thresholds_file=REPORTS / "none.json",
                        timeout=timeout)
         report.update(device=device_info(), date=utc_now())
-        report_path(stage).write_text(json.dumps(report, indent=1, default=_plain) + "\n")
+        report_path(stage).write_text(json.dumps(report, indent=1, default=json_default) + "\n")
         print(summary(report), flush=True)
 
 
