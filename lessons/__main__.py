@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import lessons
+from lessons import results_store
 
 COMMANDS = {
     "ladder": "check and time every GEMM stage against cuBLAS, with each stage's speed of light (without a GPU: "
@@ -96,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--k", type=int, default=7168, help="reduction length, a multiple of 128 (default 7168)")
     ladder.add_argument("--stages", type=_stage_list, default=None, help='e.g. "1,2,3" or "1-6" (default: all)')
     ladder.add_argument("--no-peer", action="store_true", help="skip the cuBLAS blockwise peer")
-    ladder.add_argument("--out", type=Path, default=Path("results"), help="folder for ladder.json and .png")
+    ladder.add_argument("--out", type=Path, default=None, help="folder for ladder.json and .png (default: results/ "
+                        "in a checkout, the user results folder in an installed package: lessons.results_store)")
     ladder.add_argument("--sim-shape", type=_shape, default=(32, 48, 256),
                         help="M,N,K for the simulator run when there is no GPU (default 32,48,256)")
     inspect.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
@@ -105,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     from lessons.ablate import stages_with_ablations
     ablate.add_argument("stage", type=_ablation_stage, help="a stage that bundles ideas: "
                         + ", ".join(f"{n:02d}" for n in stages_with_ablations()))
-    ablate.add_argument("--out", type=Path, default=Path("results"), help="folder for ablation_NN.json")
+    ablate.add_argument("--out", type=Path, default=None, help="folder for ablation_NN.json (default: as ladder's)")
     from lessons.grading.command import add_arguments as add_grade_arguments
     grade.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
     add_grade_arguments(grade)
@@ -135,7 +137,7 @@ def main(argv=None) -> int:
     if args.command == "ablate":
         from lessons.ablate import ablate
         try:
-            return ablate(args.stage, args.m, args.n, args.k, args.out)
+            return ablate(args.stage, args.m, args.n, args.k, args.out or results_store.write_dir())
         except ValueError as error:  # a stage that bundles nothing to ablate
             parser.exit(2, f"python -m lessons ablate: {error}\n")
     from lessons.inspect_stage import inspect

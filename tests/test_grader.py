@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from gemm.testing import Timing
+from lessons import results_store
 from lessons.grading import correctness, grader, judge, performance, plan, rubric, source_scan, technique
 from lessons.ladder import speed_of_light
 
@@ -494,7 +495,8 @@ def test_a_candidate_that_takes_no_stream_cannot_be_timed():
     (ungraded,) = performance.performance_checks(exercise, candidate, plan.seed_plan(1, None), backend=None,
                                            threshold=None)
     assert not ungraded["graded"] and "no stream=" in ungraded["detail"]
-    (failed,) = performance.performance_checks(exercise, candidate, plan.seed_plan(1, None), backend=None, threshold=0.5)
+    (failed,) = performance.performance_checks(exercise, candidate, plan.seed_plan(1, None), backend=None,
+                                               threshold=0.5)
     assert failed["graded"] and not failed["passed"]
 
 
@@ -585,7 +587,7 @@ def test_thresholds_files_per_shape_flat_and_malformed(tmp_path):
     path.write_text(json.dumps({"stages": {"four": 0.3}}))
     with pytest.raises(ValueError, match="tools/calibrate_grader.py"):
         plan.read_thresholds(path)
-    assert plan.read_thresholds(plan.GRADING_FILE)[8]["4096x4096x7168"] > 0  # the committed file reads
+    assert plan.read_thresholds(results_store.find(plan.THRESHOLDS_FILE))[8]["4096x4096x7168"] > 0  # committed
 
 
 def test_a_class_of_ten_is_graded_in_one_command(tmp_path, fake):

@@ -31,7 +31,7 @@ from pathlib import Path
 from lessons.grading.copies import copied_holes
 from lessons.grading.correctness import DIFF_LIMIT, MEASURE, REL_LIMIT
 from lessons.grading.plan import (DEFAULT_SEEDS, DEFAULT_TIMEOUT_S, SECRET_ENV, exercise_threshold, load_exercise,
-                                  seed_plan, stage_threshold)
+                                  seed_plan, stage_threshold, thresholds_path)
 from lessons.grading.rubric import (PASS_MARK, check_result, expected_checks, finish_report, grader_version,
                                     utc_timestamp)
 from lessons.grading.sandbox import remove_tree
@@ -90,6 +90,8 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
                                              graded=not allowed, copied=same))
     threshold = stage_threshold(stage, exercise_threshold(stage, exercise_file), thresholds_file)
     report["perf_threshold"] = threshold
+    used = thresholds_path(thresholds_file)
+    report["thresholds_file"] = str(used) if used is not None and used.is_file() else None
     nonce = secrets.token_hex(16)
     plan = {"nonce": nonce, "stage": stage, "solution": None if reference else str(solution),
             "reference": reference, "mode": mode, "seeds": plan_seeds, "threshold": threshold,

@@ -4,9 +4,10 @@ Public seeds are printed and reproducible; secret ones are ``hash(FP8LADDER_GRAD
 in the parent (the secret never reaches the judge's or the oracle's environment) and shown as "secret". Every check
 draws a fresh problem from its own generator (:func:`problem_rng`).
 
-The performance thresholds (results/grading.json) are a share of the stage's speed-of-light bound per GPU shape
-(``{"4096x4096x7168": 0.49, ...}``) or one share for every shape; a stage the file does not name falls back to the
-exercise's own ``perf_threshold``; None, or a shape the file does not name: reported, not graded.
+The performance thresholds (results/grading.json, found by :mod:`lessons.results_store`) are a share of the stage's
+speed-of-light bound per GPU shape (``{"4096x4096x7168": 0.49, ...}``) or one share for every shape; a stage the file
+does not name falls back to the exercise's own ``perf_threshold``; None, or a shape the file does not name:
+reported, not graded.
 """
 from __future__ import annotations
 
@@ -17,15 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
+from lessons import results_store
 from lessons.exercises import exercise
 from lessons.grading.rubric import error_text
 
-ROOT = Path(__file__).resolve().parents[2]
 SECRET_ENV = "FP8LADDER_GRADER_SECRET"
 DEFAULT_SEEDS = 2
 DEFAULT_TIMEOUT_S = 900
 PUBLIC_SEED_BASE = 20250
-GRADING_FILE = ROOT / "results" / "grading.json"
+THRESHOLDS_FILE = "grading.json"  # one of the results (lessons.results_store), written by the calibration
 
 
 def public_seeds(count: int) -> list[int]:
@@ -66,7 +67,17 @@ def load_exercise(stage: int, exercise_file: str | None = None):
     return exercise(stage)
 
 
-def read_thresholds(path: Path = GRADING_FILE) -> dict[int, float | dict | None]:
+def thresholds_path(thresholds_file: Path | None = None) -> Path | None:
+    """The thresholds file a run reads: ``thresholds_file``, else results/grading.json (a calibration measured into
+    an installed package's user directory, else the committed one); None when there is none."""
+    return Path(thresholds_file) if thresholds_file else results_store.find(THRESHOLDS_FILE)
+
+
+def read_thresholds(path: Path | None = None) -> dict[int, float | dict | None]:
+    """stage -> its ``perf_threshold`` in the thresholds file (:func:`thresholds_path`); {} when there is none."""
+    path = thresholds_path(path)
+    if path is None:
+        return {}
     try:
         stages = json.loads(Path(path).read_text())["stages"]
         return {int(stage): entry.get("perf_threshold") if isinstance(entry, dict) else entry
@@ -82,7 +93,7 @@ def read_thresholds(path: Path = GRADING_FILE) -> dict[int, float | dict | None]
 def stage_threshold(stage: int, exercise_share, thresholds_file) -> float | None:
     """The thresholds file's entry for ``stage`` (``thresholds_file``, else results/grading.json), else the
     exercise's own ``perf_threshold`` (``exercise_share``)."""
-    recorded = read_thresholds(thresholds_file if thresholds_file else GRADING_FILE).get(stage)
+    recorded = read_thresholds(thresholds_file).get(stage)
     return recorded if recorded is not None else exercise_share
 
 
