@@ -7,6 +7,8 @@
     python -m lessons grade 1 my_ex01.py [--cpu|--gpu] [--json report.json] [--seeds 2]   # docs/course.md
     python -m lessons grade 4 --reference --gpu   # the stage's own code: the run the thresholds come from
     python -m lessons grade 6 --class submissions/ --jobs 8   # a class into grades/gradebook.csv (docs/course.md)
+    python -m lessons calibrate --stages 4-10   # the grader's thresholds from the stages' own code (GPU)
+    python -m lessons docs --check      # are docs/ and the stages' "Measured:" lines up to date with results/?
 """
 from __future__ import annotations
 
@@ -111,7 +113,27 @@ def _parser() -> argparse.ArgumentParser:
     from lessons.grading.command import add_arguments as add_grade_arguments
     grade.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
     add_grade_arguments(grade)
+    _add_calibrate(commands)
+    _add_docs(commands)
+    commands.metavar = "{" + ",".join(commands.choices) + "}"
     return parser
+
+
+def _add_calibrate(commands) -> None:
+    from lessons.grading import calibrate
+    text = ("set the grader's performance thresholds (results/grading.json) from each stage's own code graded on the "
+            "GPU (--from-reports: from the committed reports, no GPU)")
+    parser = commands.add_parser("calibrate", help=text, description=text)
+    calibrate.add_arguments(parser)
+    parser.set_defaults(run=calibrate.run)
+
+
+def _add_docs(commands) -> None:
+    from lessons import render_docs
+    text = "regenerate the docs tables and the stages' \"Measured:\" lines from results/*.json (a checkout)"
+    parser = commands.add_parser("docs", help=text, description=text)
+    render_docs.add_arguments(parser)
+    parser.set_defaults(run=render_docs.run)
 
 
 def main(argv=None) -> int:
@@ -120,6 +142,8 @@ def main(argv=None) -> int:
     if args.command is None:  # no command: say what there is
         parser.print_help()
         return 0
+    if getattr(args, "run", None) is not None:  # a command that brings its own runner
+        return args.run(args)
     from ptx.device import has_gpu
     if args.command == "ladder" and not has_gpu():
         # the Numba stages' correctness run needs the simulator; set before anything imports numba.cuda. inspect and

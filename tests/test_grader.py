@@ -544,10 +544,9 @@ def test_the_cli_takes_a_file_or_the_reference_flag():
 
 
 def test_thresholds_follow_the_rule_from_a_reference_report():
-    """tools/calibrate_grader.py: 0.8 x the stage's own share at each shape, rounded down; none where the stage's own
-    code failed a graded check or has no bound."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import calibrate_grader as calibrate
+    """python -m lessons calibrate: 0.8 x the stage's own share at each shape, rounded down; none where the stage's
+    own code failed a graded check or has no bound."""
+    from lessons.grading import calibrate
     perf = lambda shape, pct: {"category": "performance", "graded": False, "passed": None,  # noqa: E731
                                "name": f"performance {shape}", "shape": shape, "pct_bound": pct}
     report = {"stage": 8, "device": {"name": "NVIDIA H100 80GB HBM3", "sm_clock_mhz": 1755}, "date": "d",
@@ -585,7 +584,7 @@ def test_thresholds_files_per_shape_flat_and_malformed(tmp_path):
     assert plan.shape_threshold({"1000x2112x512": 0.16}, (4096, 4096, 7168)) is None  # reported, not graded
     assert plan.read_thresholds(tmp_path / "missing.json") == {}
     path.write_text(json.dumps({"stages": {"four": 0.3}}))
-    with pytest.raises(ValueError, match="tools/calibrate_grader.py"):
+    with pytest.raises(ValueError, match="python -m lessons calibrate"):
         plan.read_thresholds(path)
     assert plan.read_thresholds(results_store.find(plan.THRESHOLDS_FILE))[8]["4096x4096x7168"] > 0  # committed
 

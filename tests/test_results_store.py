@@ -82,3 +82,28 @@ def test_an_installed_package_reads_its_shipped_results_and_prefers_measured_one
     assert found["ladder"] == str(measured / "ladder.json")  # the user's own run first
     assert found["report"] == str(shipped / "grading" / "04_reference.json")  # the rest still shipped
     assert probe(**{results_store.RESULTS_ENV: str(tmp_path / "nowhere")})["ladder"] == str(shipped / "ladder.json")
+
+
+def _fake_checkout(root: Path) -> Path:
+    """A checkout with the committed grading reports and no grading.json yet."""
+    (root / "pyproject.toml").write_text("")
+    shutil.copytree(ROOT / "results" / "grading", root / "results" / "grading")
+    return root / "results"
+
+
+def test_calibrate_from_reports_writes_the_thresholds_beside_the_reports(monkeypatch, tmp_path, capsys):
+    from lessons.__main__ import main
+    results = _fake_checkout(tmp_path)
+    monkeypatch.setattr(results_store, "REPOSITORY", tmp_path)
+    assert main(["calibrate", "--from-reports"]) == 0
+    written = json.loads((results / "grading.json").read_text())
+    committed = json.loads((ROOT / "results" / "grading.json").read_text())
+    assert written["stages"] == committed["stages"]  # the committed thresholds follow from the committed reports
+    assert "python -m lessons calibrate" in written["about"] and "wrote results/grading.json" in capsys.readouterr().out
+
+
+def test_the_docs_command_needs_a_checkout(monkeypatch, tmp_path, capsys):
+    from lessons.__main__ import main
+    monkeypatch.setattr(results_store, "REPOSITORY", tmp_path)
+    assert main(["docs", "--check"]) == 2
+    assert "no checkout here" in capsys.readouterr().out

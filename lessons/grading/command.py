@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument("solution", type=Path, nargs="?", help="the student's file (the skeleton with its holes "
                        "filled)")
     which.add_argument("--reference", action="store_true", help="grade the stage's own code instead (instructors: "
-                       "the run thresholds are set from, tools/calibrate_grader.py)")
+                       "the run thresholds are set from, python -m lessons calibrate)")
     which.add_argument("--class", dest="class_dir", type=Path, default=None, metavar="DIR",
                        help="grade every submission in DIR (DIR/<student>.py or DIR/<student>/<file>.py) into a CSV "
                             "gradebook, Gradescope results.json files and JUnit XML (docs/course.md)")

@@ -26,7 +26,7 @@ SECRET_ENV = "FP8LADDER_GRADER_SECRET"
 DEFAULT_SEEDS = 2
 DEFAULT_TIMEOUT_S = 900
 PUBLIC_SEED_BASE = 20250
-THRESHOLDS_FILE = "grading.json"  # one of the results (lessons.results_store), written by the calibration
+THRESHOLDS_FILE = "grading.json"  # one of the results (lessons.results_store); python -m lessons calibrate writes it
 
 
 def public_seeds(count: int) -> list[int]:
@@ -85,7 +85,7 @@ def read_thresholds(path: Path | None = None) -> dict[int, float | dict | None]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         if Path(path).exists():
             raise ValueError(f"thresholds file {path}: expected {{\"stages\": {{\"NN\": {{\"perf_threshold\": "
-                             f"share or {{\"MxNxK\": share}}}}}}}} (tools/calibrate_grader.py writes it): "
+                             f"share or {{\"MxNxK\": share}}}}}}}} (python -m lessons calibrate writes it): "
                              f"{error_text(error)}") from error
         return {}
 
