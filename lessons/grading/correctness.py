@@ -18,7 +18,6 @@ from gemm.fp8 import bf16_to_float, calc_diff, random_problem, reference_gemm
 from lessons.grading.plan import problem_rng, shape_text
 from lessons.grading.rubric import check_result, error_text
 
-
 DIFF_LIMIT = 1e-3
 REL_LIMIT = 1e-2
 MEASURE = (f"D is right when every element was written (NaN poison), calc_diff = 1 - 2 sum(xy) / sum(x^2 + y^2) < "

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-GRADING_DIR = Path(__file__).resolve().parent
-
-
+GRADING_DIR = Path(__file__).resolve().parent  # grader_version hashes its files
 CATEGORIES = ("integrity", "correctness", "technique", "performance")
 WEIGHTS = {"correctness": 50, "technique": 30, "performance": 20}  # the rubric (docs/course.md); integrity gates
 PASS_MARK = 0.6  # share of the possible points a PASSED needs (besides every graded check passing)

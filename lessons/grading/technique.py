@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
-from lessons.grading.traced import function_from_tree
 from lessons.grading.rubric import check_result, error_text
+from lessons.grading.traced import function_from_tree
 
 
 def _opcodes(instructions) -> list[str]:
