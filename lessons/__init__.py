@@ -15,7 +15,7 @@ Every GEMM stage is a module ``lessons/NN_idea.py`` (or a package ``lessons/NN_i
 
 Each stage's docstring tells its story once: the one idea, what changed vs the stage before, its speed of light
 (the unit that bounds it; the rates are :data:`lessons.ladder.UNITS`) and what it measured (the "Measured:"
-paragraph, rewritten from ``results/ladder.json`` by ``tools/render_docs.py``). The notebooks print it.
+paragraph, rewritten from ``results/ladder.json`` by ``python -m lessons docs``). The notebooks print it.
 
 Module names start with digits, so load them with :func:`stage`.
 

@@ -11,6 +11,8 @@ grade an exercise; redraw the course's figures; write, check or execute its note
     python -m lessons figures [--check]  # redraw docs/figures/*.png from the kernels' layout functions (no GPU)
     python -m lessons notebooks [--check]  # write notebooks/*.ipynb from lessons/notebooks/ (no GPU)
     python -m lessons notebooks --execute [05 precision]  # run them and store their outputs (GPU ones on a GPU)
+    python -m lessons calibrate --stages 4-10   # the grader's thresholds from the stages' own code (GPU)
+    python -m lessons docs --check      # are docs/ and the stages' "Measured:" lines up to date with results/?
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 
 import lessons
+from lessons import results_store
 
 COMMANDS = {
     "ladder": "check and time every GEMM stage against cuBLAS, with each stage's speed of light (without a GPU: "
@@ -106,7 +109,8 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--k", type=int, default=7168, help="reduction length, a multiple of 128 (default 7168)")
     ladder.add_argument("--stages", type=_stage_list, default=None, help='e.g. "1,2,3" or "1-6" (default: all)')
     ladder.add_argument("--no-peer", action="store_true", help="skip the cuBLAS blockwise peer")
-    ladder.add_argument("--out", type=Path, default=Path("results"), help="folder for ladder.json and .png")
+    ladder.add_argument("--out", type=Path, default=None, help="folder for ladder.json and .png (default: results/ "
+                        "in a checkout, the user results folder in an installed package: lessons.results_store)")
     ladder.add_argument("--sim-shape", type=_shape, default=(32, 48, 256),
                         help="M,N,K for the simulator run when there is no GPU (default 32,48,256)")
     inspect.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
@@ -115,33 +119,14 @@ def _parser() -> argparse.ArgumentParser:
     from lessons.ablate import stages_with_ablations
     ablate.add_argument("stage", type=_ablation_stage, help="a stage that bundles ideas: "
                         + ", ".join(f"{n:02d}" for n in stages_with_ablations()))
-    ablate.add_argument("--out", type=Path, default=Path("results"), help="folder for ablation_NN.json")
-    from lessons.grade import DEFAULT_SEEDS, DEFAULT_TIMEOUT_S, SECRET_ENV
+    ablate.add_argument("--out", type=Path, default=None, help="folder for ablation_NN.json (default: as ladder's)")
+    from lessons.grading.command import add_arguments as add_grade_arguments
     grade.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
-    which = grade.add_mutually_exclusive_group(required=True)
-    which.add_argument("solution", type=Path, nargs="?", help="the student's file (the skeleton with its holes "
-                       "filled)")
-    which.add_argument("--reference", action="store_true", help="grade the stage's own code instead (instructors: "
-                       "the run thresholds are set from, tools/calibrate_grader.py)")
-    which.add_argument("--class", dest="class_dir", type=Path, default=None, metavar="DIR",
-                       help="grade every submission in DIR (DIR/<student>.py or DIR/<student>/<file>.py) into a CSV "
-                            "gradebook, Gradescope results.json files and JUnit XML (docs/course.md)")
-    grade.add_argument("--jobs", type=int, default=4, help="submissions graded at once with --class (default 4)")
-    grade.add_argument("--out", type=Path, default=None, help="where --class writes (default DIR/grades)")
-    grade.add_argument("--allow-copies", action="store_true", help="report holes that are the stage's own code "
-                       "(names and formatting aside) without failing them")
-    where = grade.add_mutually_exclusive_group()
-    where.add_argument("--gpu", action="store_true", help="the real kernel on a Hopper GPU, timed (default there)")
-    where.add_argument("--cpu", action="store_true", help="the simulator / PTX emulator at small shapes (default "
-                       "without a Hopper GPU)")
-    grade.add_argument("--json", type=Path, default=None, help="write the JSON report here")
-    grade.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help=f"public seeds per shape (default "
-                       f"{DEFAULT_SEEDS}); as many secret ones are added when {SECRET_ENV} is set")
-    grade.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds the solution's process "
-                       f"may run (default {DEFAULT_TIMEOUT_S})")
-    grade.add_argument("--thresholds", type=Path, default=None, help="per-stage performance thresholds (default "
-                       "results/grading.json)")
-    grade.add_argument("--exercise-file", default=None, help=argparse.SUPPRESS)  # EXERCISE from a file: tests, drafts
+    add_grade_arguments(grade)
+    _add_calibrate(commands)
+    _add_docs(commands)
+    _add_precision(commands)
+    commands.metavar = "{" + ",".join(commands.choices) + "}"
     return parser
 
 
@@ -197,12 +182,38 @@ def _notebooks(parser: argparse.ArgumentParser, args) -> int:
     return write(check=args.check)
 
 
+def _add_calibrate(commands) -> None:
+    from lessons.grading import calibrate
+    text = ("set the grader's performance thresholds (results/grading.json) from each stage's own code graded on the "
+            "GPU (--from-reports: from the committed reports, no GPU)")
+    parser = commands.add_parser("calibrate", help=text, description=text)
+    calibrate.add_arguments(parser)
+    parser.set_defaults(run=calibrate.run)
+
+
+def _add_precision(commands) -> None:
+    text = "the precision tables: scaling granularity, accumulation with and without promotion (CPU, no GPU)"
+    parser = commands.add_parser("precision", help=text, description=text)
+    parser.add_argument("--seed", type=int, default=0, help="random operands' seed (default 0)")
+    parser.set_defaults(run=lambda args: __import__("lessons.precision").precision.print_tables(args.seed) or 0)
+
+
+def _add_docs(commands) -> None:
+    from lessons import render_docs
+    text = "regenerate the docs tables and the stages' \"Measured:\" lines from results/*.json (a checkout)"
+    parser = commands.add_parser("docs", help=text, description=text)
+    render_docs.add_arguments(parser)
+    parser.set_defaults(run=render_docs.run)
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:  # no command: say what there is
         parser.print_help()
         return 0
+    if getattr(args, "run", None) is not None:  # a command that brings its own runner
+        return args.run(args)
     if getattr(args, "handler", None):  # commands that bring their own handler (_add_figures, _add_notebooks)
         return args.handler(args)
     from ptx.device import has_gpu
@@ -214,7 +225,7 @@ def main(argv=None) -> int:
         from lessons.ladder import main as ladder
         return ladder(args)
     if args.command == "grade":
-        from lessons.grade import main as grade
+        from lessons.grading.command import main as grade
         return grade(args)
     if args.command == "diff":
         from lessons.diff_stages import diff
@@ -222,7 +233,7 @@ def main(argv=None) -> int:
     if args.command == "ablate":
         from lessons.ablate import ablate
         try:
-            return ablate(args.stage, args.m, args.n, args.k, args.out)
+            return ablate(args.stage, args.m, args.n, args.k, args.out or results_store.write_dir())
         except ValueError as error:  # a stage that bundles nothing to ablate
             parser.exit(2, f"python -m lessons ablate: {error}\n")
     from lessons.inspect_stage import inspect

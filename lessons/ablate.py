@@ -23,7 +23,7 @@ from pathlib import Path
 import lessons
 
 TIMING = "CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only; median of 5"
-# SASS opcode families worth a column when a variant changes them (lessons.inspect_stage.KEY_OPCODES)
+# SASS opcode families worth a column when a variant changes them (lessons.compile_report.KEY_OPCODES)
 SASS_COLUMNS = ["HMMA", "QGMMA", "LDSM", "LDS", "STS", "LDGSTS", "LDG", "STG", "BAR"]
 
 
@@ -102,7 +102,7 @@ def format_ablation_table(rows: list[dict], *, markdown: bool = False) -> str:
 
 def assembled(module, m: int, n: int, k: int, options) -> dict:
     """Registers, spilled bytes and key SASS opcode counts of one variant, assembled for sm_90a (no GPU)."""
-    from lessons.inspect_stage import key_opcode_counts
+    from lessons.compile_report import key_opcode_counts
     from ptx.compile import compile_ptx
     from ptx.sass import disassemble, opcode_counts
     cubin = compile_ptx(module.generate(m, n, k, options))

@@ -10,7 +10,7 @@ import dataclasses
 import difflib
 
 import lessons
-from lessons.inspect_stage import KEY_OPCODES, key_opcode_counts
+from lessons.compile_report import KEY_OPCODES, key_opcode_counts
 
 
 def config_of(number: int, m: int, n: int, k: int):

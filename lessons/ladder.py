@@ -2,14 +2,15 @@
 
 On a GPU: one random problem (default M=4096, N=4096, K=7168), the same device arrays for every stage;
 each stage's output is poisoned with NaN, computed once, checked (every element written; diff against a
-float64 reference on a sample of rows, see :mod:`gemm.bench`), then timed with the one kernel timer
+float64 reference on a sample of rows, see :mod:`gemm.testing.problems`), then timed with the one kernel timer
 (:func:`gemm.testing.timer.bench_kernel`). Writes ``ladder.json`` (device, clocks, versions, date, rows) and
 ``ladder.png`` into ``--out``. A stage that fails to import or run is reported and the others go on.
 
 Without a GPU: the Numba stages run in Numba's CUDA simulator on a tiny shape (correctness only), every stage
 is compiled for sm_90a (Numba's through NVVM, the PTX stages for the ladder shape) and its resources and key
-SASS opcodes printed, then the committed GPU run (``results/ladder.json``) is tabled. Nothing is timed and no
-result file is written: timings need a GPU.
+SASS opcodes printed, then the committed GPU run (``results/ladder.json``; :mod:`lessons.results_store` finds it
+in a checkout or an installed package) is tabled. Nothing is timed and no result file is written: timings need a
+GPU.
 
 Every timed row is set against the stage's **speed of light**: the one hardware unit that bounds it
 (:data:`BOUNDS`, derived in each stage's docstring) at that unit's H100 SXM rate (:data:`UNITS`, the one
@@ -29,11 +30,12 @@ from gemm.testing.peers import CublasBlockwise, time_peer
 from gemm.testing.problems import reference_rows, torch_available
 from gemm.testing.problems import flops, gemm_bytes, random_problem
 from gemm.testing.problems import DeviceProblem, checked_run as _checked_run, device_problem
-from gemm.testing.records import Column, command_line, device_info, format_table, three_digits, write_result
+from gemm.testing.records import (Column, command_line, device_info, format_table, read_result, three_digits, write_result)
 from gemm.testing.timer import bench_kernel
+from lessons import results_store
+from lessons.compile_report import numba_report, numba_stage_ptx, ptx_report
 
 WIDTH = 120  # every table this command prints fits a terminal this wide
-COMMITTED = Path(__file__).resolve().parent.parent / "results" / "ladder.json"
 LADDER_SHAPE = (4096, 4096, 7168)  # the ladder's default (M, N, K)
 
 
@@ -222,42 +224,41 @@ def cpu_tables(rows: list[dict]) -> str:
     return text
 
 
-def read_committed(path: Path = COMMITTED) -> dict | None:
-    """The committed GPU run (results/ladder.json), or None when there is none."""
-    if not path.exists():
+LADDER_FILE = "ladder.json"
+NO_LADDER = f"no {LADDER_FILE} yet: on a Hopper GPU, python -m lessons ladder writes it"
+
+
+def read_committed(path: Path | None = None) -> dict | None:
+    """The GPU run at ``path``, by default the ladder's (results/ladder.json: a measured one in an installed
+    package's user directory, else the committed one; :mod:`lessons.results_store`); None when there is none."""
+    path = results_store.find(LADDER_FILE) if path is None else path
+    if path is None or not path.exists():
         return None
-    from gemm.testing.records import read_result
     return read_result(path)
 
 
-def committed_table(path: Path = COMMITTED) -> str:
+def committed_table(path: Path | None = None) -> str:
     """The committed GPU run as the ladder table, with its device, date and shape; a line saying how to make one
     when there is none."""
     result = read_committed(path)
     if result is None:
-        return f"no {path.name} yet: on a Hopper GPU, python -m lessons ladder writes it"
+        return NO_LADDER
     shape = result["shape"]
     return (f"{result['device'].get('name', '?')}, {result['date'][:10]}, M={shape['m']} N={shape['n']} "
             f"K={shape['k']} (`{result['command']}`):\n{ladder_table(result['rows'], shape)}\n{bound_legend()}")
 
 
-def _shown(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(COMMITTED.parent.parent).as_posix()
-    except ValueError:
-        return str(path)
-
-
-def committed_summary(number: int, path: Path = COMMITTED) -> str:
+def committed_summary(number: int, path: Path | None = None) -> str:
     """One stage's line from the committed GPU run: time, TFLOP/s, speedup, and its speed of light."""
+    path = results_store.find(LADDER_FILE) if path is None else path
     result = read_committed(path)
     if result is None:
-        return f"no {path.name} yet: on a Hopper GPU, python -m lessons ladder writes it"
+        return NO_LADDER
     row = next((r for r in result["rows"] if r.get("stage") == number), None)
     if row is None:
         return f"stage {number:02d} is not in {path.name} ({result['date'][:10]})"
     shape = result["shape"]
-    where = (f"{_shown(path)} ({result['device'].get('name', '?')}, {result['date'][:10]}), "
+    where = (f"{results_store.shown(path)} ({result['device'].get('name', '?')}, {result['date'][:10]}), "
              f"M={shape['m']} N={shape['n']} K={shape['k']}")
     if not row.get("tflops"):
         return f"{where}: stage {number:02d} {row.get('status', 'has no time')}"
@@ -402,8 +403,7 @@ def _resources(report: dict) -> dict:
 
 def describe_without_gpu(number: int, sim_shape, ptx_shape, numba_ptx: dict | None = None) -> dict:
     """One stage without a GPU: a PTX stage assembled for ``ptx_shape``; a Numba stage run in the simulator on
-    ``sim_shape`` and, when ``numba_ptx`` has its PTX (:func:`lessons.inspect_stage.numba_stage_ptx`), assembled."""
-    from lessons.inspect_stage import numba_report, ptx_report
+    ``sim_shape`` and, when ``numba_ptx`` has its PTX (:func:`lessons.compile_report.numba_stage_ptx`), assembled."""
     row = {"stage": number, "label": _label(number)}
     module = _load(number, row)
     if module is None:
@@ -425,8 +425,6 @@ def describe_without_gpu(number: int, sim_shape, ptx_shape, numba_ptx: dict | No
 
 def run_without_gpu(stages, *, sim_shape, ptx_shape) -> int:
     from tqdm import tqdm
-
-    from lessons.inspect_stage import numba_stage_ptx
     sim, ptx = ("x".join(map(str, shape)) for shape in (sim_shape, ptx_shape))
     print(textwrap.fill(
         f"No GPU found. Timings need a GPU, so no result file is written. Numba stages run in the CUDA simulator at "
@@ -467,10 +465,11 @@ def main(args) -> int:
     shape = (args.m, args.n, args.k)
     if not has_gpu():
         status = run_without_gpu(stages, sim_shape=args.sim_shape, ptx_shape=shape)
-        committed = args.out / "ladder.json"
-        print(f"\nThe committed GPU run, {_shown(committed)}:\n" + committed_table(committed))
+        committed = args.out / LADDER_FILE if args.out else results_store.find(LADDER_FILE)
+        print(f"\nThe committed GPU run, {results_store.shown(committed) if committed else LADDER_FILE}:\n"
+              + committed_table(committed))
         return status
     with_peer = not args.no_peer and torch_available()
     if not args.no_peer and not with_peer:
         print("torch with CUDA not importable: no cuBLAS peer")
-    return run_on_gpu(shape, stages, with_peer=with_peer, out_dir=args.out)
+    return run_on_gpu(shape, stages, with_peer=with_peer, out_dir=args.out or results_store.write_dir())

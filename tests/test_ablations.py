@@ -4,7 +4,7 @@ CPU: every ablated variant is still a correct kernel: its PTX runs in the emulat
 (NaN-poisoned D, every element written, diff < 1e-3 against the float64 reference); stage 04's in lockstep and as
 cooperatively scheduled warpgroups (bar.sync really waits there, so a missing barrier shows up), stage 05's
 scheduled with a seed. The defaults are the stage as taught; each ablation changes the PTX and, assembled for
-sm_90a, the SASS the way its docstring says. The ablate command and tools/render_docs.py handle the variants.
+sm_90a, the SASS the way its docstring says. The ablate command and python -m lessons docs handle the variants.
 GPU (H100): each variant against the reference on the hardware.
 """
 from __future__ import annotations
@@ -207,10 +207,7 @@ def _fake_ablation(number: int) -> dict:
 
 
 def test_render_docs_fills_the_ablation_blocks_and_docstrings(tmp_path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "tools" / "render_docs.py")
-    render_docs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(render_docs)
+    from lessons import render_docs
     docs, results, stages = tmp_path / "docs", tmp_path / "results", tmp_path / "lessons"
     for folder in (docs, results, stages):
         folder.mkdir()

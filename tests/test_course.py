@@ -4,7 +4,11 @@ code is refused."""
 import pytest
 
 from lessons.exercises import exercises
-from lessons.grade import copy_findings, evaluate, exercise_checks, grade, seed_plan
+from lessons.grading.grader import grade
+from lessons.grading.judge import evaluate
+from lessons.grading.plan import seed_plan
+from lessons.grading.source_scan import copy_findings
+from lessons.grading.technique import exercise_checks
 
 EXERCISES = exercises()
 
@@ -49,7 +53,9 @@ def _gpu_checks(exercise, solution, *, perf: bool = False, threshold=None, every
     ``perf``, graded against ``threshold``)."""
     import dataclasses
 
-    from lessons.grade import DeviceBackend, correctness_checks, performance_checks, technique_checks
+    from lessons.grading.correctness import DeviceBackend, correctness_checks
+    from lessons.grading.performance import performance_checks
+    from lessons.grading.technique import technique_checks
     first = exercise if every_shape else dataclasses.replace(exercise, shapes_gpu=exercise.shapes_gpu[:1])
     candidate, plan, backend = first.build(solution), seed_plan(1, "course-gpu"), DeviceBackend()
     checks = technique_checks(first, candidate) + correctness_checks(first, candidate, plan, mode="gpu",
@@ -104,7 +110,7 @@ def _slow_solutions():
 @pytest.mark.parametrize("stage", [2, 7])
 def test_a_correct_but_slow_solution_fails_the_performance_grade(stage):
     """The committed thresholds (results/grading.json) at work: D is right, the time is not."""
-    from lessons.grade import read_thresholds
+    from lessons.grading.plan import read_thresholds
     checks = _gpu_checks(EXERCISES[stage], _slow_solutions()[stage], perf=True, threshold=read_thresholds()[stage],
                          every_shape=True)
     correct = [c for c in checks if c["category"] == "correctness"]

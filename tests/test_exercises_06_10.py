@@ -91,7 +91,7 @@ def test_07_a_split_over_the_register_file_is_refused(rng):
 def test_07_a_split_that_starves_the_math_warpgroups_fails_the_spill_check():
     """The emulator has no register file, so D comes out right; ptxas compiles the math path for the registers
     setmaxnreg gives it, and 104 cannot hold a 64 x 128 accumulator: the no-spills check fails (on the CPU)."""
-    from lessons.grade import technique_checks
+    from lessons.grading.technique import technique_checks
     ex = exercise(7)
     starved = SimpleNamespace(register_split=lambda wgs: (40, 104), producer_warpgroup=lambda wgs: wgs)
     checks = {c["name"]: c for c in technique_checks(ex, ex.build(starved))}
@@ -130,7 +130,7 @@ def test_08_a_raster_that_repeats_a_tile_leaves_output_unwritten(rng):
     row_major = SimpleNamespace(tile_coords=lambda t, mb, nb, group: divmod(t, nb))
     d = ex.build(row_major).run_cpu(*problem)
     assert not np.isnan(d).any()
-    from lessons.grade import exercise_checks
+    from lessons.grading.technique import exercise_checks
     (order,) = exercise_checks(ex, row_major)
     assert order["category"] == "technique" and not order["passed"] and "raster order" in order["detail"]
 

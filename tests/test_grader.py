@@ -1,4 +1,4 @@
-"""The autograder (lessons.grade) and its defences, on CPU, against a tiny stage-01-like exercise registered here.
+"""The autograder (lessons.grading) and its defences, on CPU, against a tiny stage-01-like exercise registered here.
 
 The fake exercise's one hole is DeepGEMM's promotion, ``promote(total, partial, sa_value, sb_value)``, an expression
 hole: the sandboxed oracle traces the student's function and the judge rebuilds it, then computes D in NumPy per
@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from gemm.testing.timer import Timing
-from lessons import grade
+from lessons import results_store
+from lessons.grading import correctness, grader, judge, performance, plan, rubric, source_scan, technique
 from lessons.ladder import speed_of_light
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,7 +136,7 @@ def _grade(tmp_path, fake, source, *, name="solution.py", **kwargs):
     solution.write_text(textwrap.dedent(source))
     kwargs.setdefault("secret", "")
     kwargs.setdefault("mode", "cpu")
-    return grade.grade(1, solution, exercise_file=str(fake), **kwargs)
+    return grader.grade(1, solution, exercise_file=str(fake), **kwargs)
 
 
 def _failed(report, category=None):
@@ -151,24 +152,24 @@ def _check(report, name):
 
 def test_a_correct_solution_passes(tmp_path, fake):
     report = _grade(tmp_path, fake, CORRECT)
-    assert report["passed"], grade.summary(report)
+    assert report["passed"], grader.summary(report)
     assert report["mode"] == "cpu" and report["exercise"] == "fake_promotion"
     correct = [c for c in report["checks"] if c["category"] == "correctness"]
-    assert len(correct) == 2 * grade.DEFAULT_SEEDS  # every shape (one ragged in N) x every seed
+    assert len(correct) == 2 * plan.DEFAULT_SEEDS  # every shape (one ragged in N) x every seed
     assert all(c["diff"] < 1e-5 and c["rel_error"] < 1e-5 for c in correct)
     assert {c["name"] for c in report["checks"] if c["category"] == "technique"} == {"uses FFMA", "avoids HMMA",
                                                                                      "no spills"}
     assert report["score"]["points"] == report["score"]["possible"] == 80  # no performance on CPU
-    assert report["oracle_questions"] >= 2 and "PASSED" in grade.summary(report)
-    assert len(report["solution_sha256"]) == 64 and report["grader_version"].startswith(grade.GRADER_VERSION)
-    assert report["public_seeds"] == grade.public_seeds(grade.DEFAULT_SEEDS) and report["graded_at"]
+    assert report["oracle_questions"] >= 2 and "PASSED" in grader.summary(report)
+    assert len(report["solution_sha256"]) == 64 and report["grader_version"].startswith(rubric.GRADER_VERSION)
+    assert report["public_seeds"] == plan.public_seeds(plan.DEFAULT_SEEDS) and report["graded_at"]
     assert "calc_diff" in report["measure"] and "||D - ref||" in report["measure"]
 
 
 def test_the_skeleton_fails(tmp_path, fake):
     report = _grade(tmp_path, fake, SKELETON)
     assert not report["passed"]
-    assert all("a hole is not filled" in c["detail"] for c in _failed(report)), grade.summary(report)
+    assert all("a hole is not filled" in c["detail"] for c in _failed(report)), grader.summary(report)
 
 
 def test_a_missing_hole_fails(tmp_path, fake):
@@ -187,7 +188,7 @@ def test_a_uniform_scale_error_fails_and_the_report_says_by_which_measure(tmp_pa
     """4% too large everywhere: calc_diff alone (7.7e-4) would pass it; the relative error (0.04) does not."""
     report = _grade(tmp_path, fake, CORRECT.replace("partial * scale", "partial * scale * 1.04"))
     failed = _failed(report, "correctness")
-    assert not report["passed"] and len(failed) == 2 * grade.DEFAULT_SEEDS
+    assert not report["passed"] and len(failed) == 2 * plan.DEFAULT_SEEDS
     assert all(c["diff"] < 1e-3 and 0.03 < c["rel_error"] < 0.05 for c in failed)
     assert all("relative error" in c["detail"] for c in failed)
 
@@ -195,17 +196,17 @@ def test_a_uniform_scale_error_fails_and_the_report_says_by_which_measure(tmp_pa
 def test_an_error_is_reported_whole(tmp_path, fake):
     long = "x" * 700 + " the end of a long message"
     report = _grade(tmp_path, fake, f"def promote(total, partial, sa_value, sb_value):\n    raise ValueError({long!r})\n")
-    assert any("the end of a long message" in c["detail"] for c in report["checks"]), grade.summary(report)
+    assert any("the end of a long message" in c["detail"] for c in report["checks"]), grader.summary(report)
 
 
 def test_passed_needs_the_pass_mark_and_every_expected_check(tmp_path):
     """A report whose graded checks all passed but whose correctness checks never ran is not PASSED."""
-    report = {"checks": [grade._check("loads", "integrity", True)], "expected_checks": {"correctness": 4}}
-    report = grade._finish(report, 0.0)
+    report = {"checks": [rubric.check_result("loads", "integrity", True)], "expected_checks": {"correctness": 4}}
+    report = rubric.finish_report(report, 0.0)
     assert not report["passed"]
     assert "4 correctness" in _check(report, "every check ran")["detail"]
-    thin = {"checks": [grade._check("loads", "integrity", True), grade._check("x", "technique", True)]}
-    assert not grade._finish(thin, 0.0)["passed"], "30 of 80 points is below the pass mark"
+    thin = {"checks": [rubric.check_result("loads", "integrity", True), rubric.check_result("x", "technique", True)]}
+    assert not rubric.finish_report(thin, 0.0)["passed"], "30 of 80 points is below the pass mark"
 
 
 # ------------------------------------------------------------------------------------------- defences
@@ -215,7 +216,7 @@ def test_a_cached_result_is_caught_by_fresh_inputs(tmp_path):
     assert not report["passed"]
     failed = _failed(report, "correctness")
     # the first problem of each shape is computed honestly; every later one gets the memorised D back
-    assert len(failed) == 2 * (grade.DEFAULT_SEEDS - 1), grade.summary(report)
+    assert len(failed) == 2 * (plan.DEFAULT_SEEDS - 1), grader.summary(report)
     assert all("calc_diff" in c["detail"] and c["diff"] > 1e-3 for c in failed)
 
 
@@ -223,7 +224,7 @@ def test_a_partial_write_is_caught_by_the_nan_poison(tmp_path):
     report = _grade(tmp_path, write_exercise(tmp_path, "partial"), CORRECT)
     assert not report["passed"]
     failed = _failed(report, "correctness")
-    assert len(failed) == 2 * grade.DEFAULT_SEEDS
+    assert len(failed) == 2 * plan.DEFAULT_SEEDS
     assert all("never written (NaN poison left)" in c["detail"] and c["unwritten"] > 0 for c in failed)
 
 
@@ -243,7 +244,7 @@ def test_a_matmul_inside_a_hole_cannot_make_d(tmp_path, fake):
     report = _grade(tmp_path, fake, source)
     assert not report["passed"]
     assert any("__matmul__" in c["detail"] or "only arithmetic" in c["detail"] for c in _failed(report)), \
-        grade.summary(report)
+        grader.summary(report)
 
 
 def test_importing_torch_is_caught(tmp_path, fake):
@@ -263,14 +264,14 @@ def test_importing_torch_is_caught(tmp_path, fake):
     ("f = eval('n' + 'p.mat' + 'mul')\n", "uses eval"),
     ("import numpy as np\nf = np.matmul.__closure__\n", "uses .__closure__"),
     ("from gemm.fp8 import reference_gemm\n", "imports reference_gemm"),
-    ("import lessons.grade\n", "imports lessons.grade"),
+    ("import lessons.grading.judge\n", "imports lessons.grading.judge"),
 ])
 def test_the_static_scan_finds(source, finding):
-    assert any(finding in line for line in grade.scan_source(source)), grade.scan_source(source)
+    assert any(finding in line for line in source_scan.scan_source(source)), source_scan.scan_source(source)
 
 
 def test_the_static_scan_passes_honest_numpy():
-    assert grade.scan_source("import numpy as np\ny = np.zeros(4) + np.float32(2) * 3\n") == []
+    assert source_scan.scan_source("import numpy as np\ny = np.zeros(4) + np.float32(2) * 3\n") == []
 
 
 def test_the_secret_never_reaches_the_solution_and_secret_seeds_are_not_shown(tmp_path, fake):
@@ -279,17 +280,17 @@ def test_the_secret_never_reaches_the_solution_and_secret_seeds_are_not_shown(tm
                              "    import os\n    leak = 1000.0 if any('SECRET' in k for k in os.environ) else 0.0\n"
                              "    return total + partial * scale + leak")
     report = _grade(tmp_path, fake, source, secret="the instructor's secret")
-    assert report["passed"], grade.summary(report)
+    assert report["passed"], grader.summary(report)
     seeds = {c["seed"] for c in report["checks"] if "seed" in c}
     assert {"secret 1", "secret 2"} <= seeds and not any("instructor" in json.dumps(c) for c in report["checks"])
-    hidden = [str(e["seed"]) for e in grade.seed_plan(2, "the instructor's secret") if e["secret"]]
+    hidden = [str(e["seed"]) for e in plan.seed_plan(2, "the instructor's secret") if e["secret"]]
     assert not any(value in json.dumps(report) for value in hidden), "a secret seed's value reached the report"
 
 
 def test_secret_seeds_are_reproducible_with_the_secret_and_differ_without_it():
-    a, b = grade.seed_plan(2, "s1"), grade.seed_plan(2, "s1")
-    assert a == b and [e for e in a if e["secret"]] != [e for e in grade.seed_plan(2, "s2") if e["secret"]]
-    assert not [e for e in grade.seed_plan(2, None) if e["secret"]]
+    a, b = plan.seed_plan(2, "s1"), plan.seed_plan(2, "s1")
+    assert a == b and [e for e in a if e["secret"]] != [e for e in plan.seed_plan(2, "s2") if e["secret"]]
+    assert not [e for e in plan.seed_plan(2, None) if e["secret"]]
 
 
 def test_a_forged_answer_on_stdout_is_ignored(tmp_path, fake):
@@ -302,7 +303,7 @@ def test_a_solution_that_never_ends_is_stopped(tmp_path, fake):
     report = _grade(tmp_path, fake, "while True:\n    pass\n", timeout=20)
     assert not report["passed"]
     assert any("no answer in" in c["detail"] or "ran past" in c["detail"] for c in _failed(report)), \
-        grade.summary(report)
+        grader.summary(report)
 
 
 # --------------------------------------------------------------------------------------------- technique
@@ -320,7 +321,7 @@ def test_technique_points_only_for_what_the_students_code_causes():
     exercise = SimpleNamespace(required_sass=("FFMA", "LDG"), forbidden_sass=(), extra={})
     candidate = SimpleNamespace(sass=lambda: ["LDG.E R2, [R4.64]", "FFMA R1, R2, R3, R1", "FFMA R1, R2, R3, R1"])
     stub = SimpleNamespace(sass=lambda: ["LDG.E R2, [R4.64]", "FFMA R1, R2, R3, R1"])
-    checks = {c["name"]: c for c in grade.technique_checks(exercise, candidate, stub)}
+    checks = {c["name"]: c for c in technique.technique_checks(exercise, candidate, stub)}
     assert checks["uses FFMA"]["graded"] and checks["uses FFMA"]["passed"]
     assert not checks["uses LDG"]["graded"] and "scaffold" in checks["uses LDG"]["detail"]
 
@@ -329,7 +330,7 @@ def test_a_missing_toolchain_is_not_graded():
     def no_disassembler():
         raise FileNotFoundError("nvdisasm not found: install the nvidia-cuda-nvdisasm wheel")
     exercise = SimpleNamespace(required_sass=("FFMA",), forbidden_sass=(), extra={})
-    (check,) = grade.technique_checks(exercise, SimpleNamespace(sass=no_disassembler))
+    (check,) = technique.technique_checks(exercise, SimpleNamespace(sass=no_disassembler))
     assert not check["graded"] and check["detail"].startswith("not graded: the toolchain is missing")
 
 
@@ -349,7 +350,7 @@ class HostBackend:
         problem.d[...] = np.nan
 
     def launch(self, candidate, problem, stream):
-        grade._launch(candidate, problem, stream)
+        correctness.launch_candidate(candidate, problem, stream)
 
     def synchronize(self):
         pass
@@ -377,9 +378,9 @@ def _fake_timer(share_of_bound=None, us=None, nodes_per_call=1):
 def _perf(fake, timer, tmp_path, threshold=0.3):
     """The judge's performance path on the fake exercise's candidate, built from the honest promote (trusted code:
     these tests are about the judge's checks, not about the sandbox)."""
-    exercise = grade.load_exercise(1, str(fake))
+    exercise = plan.load_exercise(1, str(fake))
     candidate = exercise.build(exercise.reference())
-    checks = grade.evaluate(exercise, candidate, grade.seed_plan(1, None), mode="gpu",
+    checks = judge.evaluate(exercise, candidate, plan.seed_plan(1, None), mode="gpu",
                             backend=HostBackend(timer), threshold=threshold)
     return checks, [c for c in checks if c["category"] == "performance"]
 
@@ -410,8 +411,8 @@ def test_work_done_only_outside_the_replays_is_caught(tmp_path):
 
 def test_an_untimed_exercise_reports_why(fake, tmp_path):
     from dataclasses import replace
-    exercise = replace(grade.load_exercise(1, str(fake)), extra={"untimed": "no GEMM here"})
-    checks = grade.performance_checks(exercise, object(), grade.seed_plan(1, None), backend=None, threshold=0.5)
+    exercise = replace(plan.load_exercise(1, str(fake)), extra={"untimed": "no GEMM here"})
+    checks = performance.performance_checks(exercise, object(), plan.seed_plan(1, None), backend=None, threshold=0.5)
     assert [(c["graded"], c["detail"]) for c in checks] == [(False, "not timed: no GEMM here")]
 
 
@@ -438,7 +439,7 @@ def test_the_cli_grades_writes_json_and_sets_the_exit_code(tmp_path, fake):
     good.write_text(CORRECT)
     bad.write_text(CORRECT.replace("partial * scale", "partial * scale * 1.04"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop(grade.SECRET_ENV, None)
+    env.pop(plan.SECRET_ENV, None)
     runs = {}
     for path in (good, bad):
         report = tmp_path / f"{path.stem}.json"
@@ -449,7 +450,7 @@ def test_the_cli_grades_writes_json_and_sets_the_exit_code(tmp_path, fake):
     assert runs["good"].returncode == 0, runs["good"].stdout + runs["good"].stderr
     assert runs["bad"].returncode == 1 and "FAILED" in runs["bad"].stdout
     assert runs["good_json"]["passed"] and not runs["bad_json"]["passed"]
-    assert runs["good_json"]["seeds"] == [str(grade.public_seeds(1)[0])]
+    assert runs["good_json"]["seeds"] == [str(plan.public_seeds(1)[0])]
 
 
 def test_gpu_without_a_hopper_is_a_clear_error(tmp_path, capsys, monkeypatch):
@@ -466,12 +467,12 @@ def test_the_committed_thresholds_file(tmp_path):
     assert set(data["stages"]) == {f"{n:02d}" for n in range(11)}
     for entry in data["stages"].values():
         assert {"perf_threshold", "measured"} <= set(entry)
-    thresholds = grade.read_thresholds()
+    thresholds = plan.read_thresholds()
     assert set(thresholds) == set(range(11))
     other = tmp_path / "grading.json"
     other.write_text(json.dumps({"stages": {"01": {"perf_threshold": 0.25}}}))
-    assert grade._threshold(1, 0.5, other) == 0.25  # the file wins over the exercise's own value
-    assert grade._threshold(2, 0.5, other) == 0.5
+    assert plan.stage_threshold(1, 0.5, other) == 0.25  # the file wins over the exercise's own value
+    assert plan.stage_threshold(2, 0.5, other) == 0.5
 
 
 def test_the_exercises_own_checks_are_technique_checks():
@@ -480,9 +481,9 @@ def test_the_exercises_own_checks_are_technique_checks():
         return [] if solution.pitch() % 2 else [f"pitch {solution.pitch()} is even"]
 
     exercise = SimpleNamespace(extra={"checks": (pitch_is_odd,)})
-    (good,) = grade.exercise_checks(exercise, SimpleNamespace(pitch=lambda: 129))
-    (bad,) = grade.exercise_checks(exercise, SimpleNamespace(pitch=lambda: 128))
-    (unfilled,) = grade.exercise_checks(exercise, SimpleNamespace(pitch=_unfilled))
+    (good,) = technique.exercise_checks(exercise, SimpleNamespace(pitch=lambda: 129))
+    (bad,) = technique.exercise_checks(exercise, SimpleNamespace(pitch=lambda: 128))
+    (unfilled,) = technique.exercise_checks(exercise, SimpleNamespace(pitch=_unfilled))
     assert good["passed"] and good["detail"] == "The pitch is odd." and good["category"] == "technique"
     assert not bad["passed"] and bad["detail"] == "pitch 128 is even"
     assert not unfilled["passed"] and "a hole is not filled" in unfilled["detail"]
@@ -491,10 +492,11 @@ def test_the_exercises_own_checks_are_technique_checks():
 def test_a_candidate_that_takes_no_stream_cannot_be_timed():
     candidate = SimpleNamespace(run_gpu=lambda a, sa, b, sb, d: None)
     exercise = SimpleNamespace(shapes_gpu=((64, 136, 256),), stage=1)
-    (ungraded,) = grade.performance_checks(exercise, candidate, grade.seed_plan(1, None), backend=None,
+    (ungraded,) = performance.performance_checks(exercise, candidate, plan.seed_plan(1, None), backend=None,
                                            threshold=None)
     assert not ungraded["graded"] and "no stream=" in ungraded["detail"]
-    (failed,) = grade.performance_checks(exercise, candidate, grade.seed_plan(1, None), backend=None, threshold=0.5)
+    (failed,) = performance.performance_checks(exercise, candidate, plan.seed_plan(1, None), backend=None,
+                                               threshold=0.5)
     assert failed["graded"] and not failed["passed"]
 
 
@@ -506,7 +508,7 @@ def test_copying_the_stages_own_functions_is_caught():
     """Re-exporting the stage's code is not a solution: importing a stage module, or the very functions the stage
     uses for the holes, fails the integrity check (the exercises' references name them)."""
     from lessons.exercises import exercise
-    from lessons.grade import copy_findings
+    from lessons.grading.source_scan import copy_findings
     ex04 = exercise(4)
     assert copy_findings("import lessons\nstage = lessons.stage(4)\n", ex04)
     assert copy_findings("from lessons import stage\n", ex04)
@@ -527,7 +529,7 @@ def test_copying_the_stages_own_functions_is_caught():
 
 def test_the_reference_run_grades_the_stages_own_code():
     """``python -m lessons grade N --reference``: the instructor's calibration run, no file to scan."""
-    report = grade.grade(0, None, mode="cpu", seeds=1, secret="")
+    report = grader.grade(0, None, mode="cpu", seeds=1, secret="")
     assert report["passed"] and report["reference"] and report["solution"] == "stage 00's own code"
     assert not [c for c in report["checks"] if c["name"].startswith(("no vendor GEMM (source)", "own work"))]
 
@@ -542,10 +544,9 @@ def test_the_cli_takes_a_file_or_the_reference_flag():
 
 
 def test_thresholds_follow_the_rule_from_a_reference_report():
-    """tools/calibrate_grader.py: 0.8 x the stage's own share at each shape, rounded down; none where the stage's own
-    code failed a graded check or has no bound."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import calibrate_grader as calibrate
+    """python -m lessons calibrate: 0.8 x the stage's own share at each shape, rounded down; none where the stage's
+    own code failed a graded check or has no bound."""
+    from lessons.grading import calibrate
     perf = lambda shape, pct: {"category": "performance", "graded": False, "passed": None,  # noqa: E731
                                "name": f"performance {shape}", "shape": shape, "pct_bound": pct}
     report = {"stage": 8, "device": {"name": "NVIDIA H100 80GB HBM3", "sm_clock_mhz": 1755}, "date": "d",
@@ -565,27 +566,27 @@ def test_thresholds_follow_the_rule_from_a_reference_report():
 def test_the_answer_read_off_a_module_is_caught_statically(source):
     from lessons.exercises import exercise
     stage = 5 if "wgmma" in source else 4
-    assert grade.copy_findings(source, exercise(stage)), source
+    assert source_scan.copy_findings(source, exercise(stage)), source
 
 
 def test_an_honest_attribute_named_reference_is_not_a_copy():
     from lessons.exercises import exercise
     source = "class Plan:\n    def __init__(self):\n        self.reference = 0\n\n\ndef tile_coords(t, m, n, g):\n" \
              "    return Plan().reference, t\n"
-    assert not grade.copy_findings(source, exercise(8))
+    assert not source_scan.copy_findings(source, exercise(8))
 
 
 def test_thresholds_files_per_shape_flat_and_malformed(tmp_path):
     path = tmp_path / "thresholds.json"
     path.write_text(json.dumps({"stages": {"04": 0.3, "08": {"perf_threshold": {"1000x2112x512": 0.16}}}}))
-    assert grade.read_thresholds(path) == {4: 0.3, 8: {"1000x2112x512": 0.16}}
-    assert grade.shape_threshold({"1000x2112x512": 0.16}, (1000, 2112, 512)) == 0.16
-    assert grade.shape_threshold({"1000x2112x512": 0.16}, (4096, 4096, 7168)) is None  # reported, not graded
-    assert grade.read_thresholds(tmp_path / "missing.json") == {}
+    assert plan.read_thresholds(path) == {4: 0.3, 8: {"1000x2112x512": 0.16}}
+    assert plan.shape_threshold({"1000x2112x512": 0.16}, (1000, 2112, 512)) == 0.16
+    assert plan.shape_threshold({"1000x2112x512": 0.16}, (4096, 4096, 7168)) is None  # reported, not graded
+    assert plan.read_thresholds(tmp_path / "missing.json") == {}
     path.write_text(json.dumps({"stages": {"four": 0.3}}))
-    with pytest.raises(ValueError, match="tools/calibrate_grader.py"):
-        grade.read_thresholds(path)
-    assert grade.read_thresholds(grade.GRADING_FILE)[8]["4096x4096x7168"] > 0  # the committed file reads
+    with pytest.raises(ValueError, match="python -m lessons calibrate"):
+        plan.read_thresholds(path)
+    assert plan.read_thresholds(results_store.find(plan.THRESHOLDS_FILE))[8]["4096x4096x7168"] > 0  # committed
 
 
 def test_a_class_of_ten_is_graded_in_one_command(tmp_path, fake):
@@ -603,7 +604,7 @@ def test_a_class_of_ten_is_graded_in_one_command(tmp_path, fake):
     (folder / "student09").mkdir()  # the folder-per-student layout of LMS exports
     (folder / "student09" / "submission.py").write_text(CORRECT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop(grade.SECRET_ENV, None)
+    env.pop(plan.SECRET_ENV, None)
     done = subprocess.run([sys.executable, "-m", "lessons", "grade", "1", "--class", str(folder), "--cpu",
                            "--seeds", "1", "--jobs", "4", "--exercise-file", str(fake)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)

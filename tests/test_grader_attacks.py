@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lessons import grade
+from lessons.grading import grader
 from lessons.grading.sandbox import Oracle
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ def descriptor_bits(start_address, leading_byte_offset, stride_byte_offset, swiz
 def run(tmp_path, source: str, stage: int = 5, **kwargs) -> dict:
     path = tmp_path / "attempt.py"
     path.write_text(textwrap.dedent(source).replace("ROOT", str(ROOT)))
-    return grade.grade(stage, path, mode="cpu", seeds=1, secret="", **kwargs)
+    return grader.grade(stage, path, mode="cpu", seeds=1, secret="", **kwargs)
 
 
 def failed_details(report) -> str:
@@ -44,7 +44,7 @@ def test_the_control_an_honest_descriptor_passes(tmp_path):
             return (field(start_address) | field(leading_byte_offset) << 16 | field(stride_byte_offset) << 32
                     | mode << 62)
     ''')
-    assert report["passed"], grade.summary(report)
+    assert report["passed"], grader.summary(report)
 
 
 # ------------------------------------------------------------------------------- tampering with the judge
@@ -57,7 +57,7 @@ def test_the_control_an_honest_descriptor_passes(tmp_path):
 def test_patching_the_judge_changes_nothing(tmp_path, tamper):
     """`import __main__` and patching json, calc_diff or the judge's functions reach only the oracle's process."""
     report = run(tmp_path, tamper + UNFILLED)
-    assert not report["passed"] and report["score"]["points"] == 0, grade.summary(report)
+    assert not report["passed"] and report["score"]["points"] == 0, grader.summary(report)
 
 
 def test_reading_the_judges_frames_finds_nothing(tmp_path):
@@ -74,7 +74,7 @@ def test_reading_the_judges_frames_finds_nothing(tmp_path):
                     return value
             return 0
     ''')
-    assert not report["passed"], grade.summary(report)
+    assert not report["passed"], grader.summary(report)
 
 
 # ------------------------------------------------------------------------------- the answer out of reach
@@ -101,7 +101,7 @@ def test_every_path_to_the_stages_own_answer_leads_to_a_hole(tmp_path, reach):
                 return 0
             return _own(start_address, leading_byte_offset, stride_byte_offset, swizzle)
     ''')
-    assert not report["passed"], grade.summary(report)
+    assert not report["passed"], grader.summary(report)
 
 
 def test_a_verbatim_copy_with_other_names_is_flagged(tmp_path):
@@ -121,11 +121,11 @@ def test_a_verbatim_copy_with_other_names_is_flagged(tmp_path):
 
 # ------------------------------------------------------------------------------- the environment
 def test_the_grader_on_disk_cannot_be_edited(tmp_path):
-    target = ROOT / "lessons" / "grade.py"
+    target = ROOT / "lessons" / "grading" / "judge.py"
     before = hashlib.sha256(target.read_bytes()).hexdigest()
     report = run(tmp_path, f"open({str(target)!r}, 'a').write('# PASSED for everyone')\n" + UNFILLED)
     assert hashlib.sha256(target.read_bytes()).hexdigest() == before
-    assert "refuses writing" in failed_details(report), grade.summary(report)
+    assert "refuses writing" in failed_details(report), grader.summary(report)
 
 
 @pytest.mark.parametrize("start", [
@@ -138,7 +138,7 @@ def test_the_grader_on_disk_cannot_be_edited(tmp_path):
 ])
 def test_no_process_is_started(tmp_path, start):
     report = run(tmp_path, start + UNFILLED)
-    assert not report["passed"] and "the grading sandbox refuses" in failed_details(report), grade.summary(report)
+    assert not report["passed"] and "the grading sandbox refuses" in failed_details(report), grader.summary(report)
 
 
 def test_nothing_outlives_grading(tmp_path):
@@ -183,8 +183,8 @@ def test_an_expression_that_explodes_is_refused(tmp_path):
     path = tmp_path / "bomb.py"
     path.write_text("def promote(total, partial, sa_value, sb_value):\n    x = partial\n    for _ in range(40):\n"
                     "        x = x * x\n    return total + x\n")
-    report = grade.grade(1, path, mode="cpu", seeds=1, secret="", timeout=120)
-    assert not report["passed"], grade.summary(report)
+    report = grader.grade(1, path, mode="cpu", seeds=1, secret="", timeout=120)
+    assert not report["passed"], grader.summary(report)
 
 
 # ------------------------------------------------------------------------------- the red team's routes (session 19)
@@ -214,7 +214,7 @@ def test_an_expression_that_explodes_is_refused(tmp_path):
 ])
 def test_the_red_teams_routes_out_are_refused(tmp_path, route, refusal):
     report = run(tmp_path, route + UNFILLED)
-    assert not report["passed"] and refusal in failed_details(report), grade.summary(report)
+    assert not report["passed"] and refusal in failed_details(report), grader.summary(report)
     assert not Path("/tmp/fp8_redteam.db").exists() and not Path("/tmp/fp8_redteam_renamed.py").exists()
     assert not Path("/tmp/fp8_redteam_link").exists()
 
@@ -234,8 +234,8 @@ def test_a_doubled_or_failed_judge_answer_is_an_integrity_failure(tmp_path, monk
         return fake_run
 
     for returncode, blocks in ((0, 2), (-9, 1), (0, 0)):
-        monkeypatch.setattr(grade.subprocess, "run", forged(returncode, blocks))
-        report = grade.grade(5, path, mode="cpu", seeds=1, secret="")
+        monkeypatch.setattr(grader.subprocess, "run", forged(returncode, blocks))
+        report = grader.grade(5, path, mode="cpu", seeds=1, secret="")
         check = next(c for c in report["checks"] if c["name"] == "child process")
         assert not report["passed"] and not check["passed"], (returncode, blocks, check)
 
@@ -253,7 +253,7 @@ def test_a_copy_hidden_in_a_helper_is_flagged_and_an_honest_one_liner_is_not(tmp
     assert not check["passed"] and check["copied"] == ["my_rule"] and not report["passed"]
     honest = run(tmp_path, "def promote(total, partial, sa_value, sb_value):\n"
                            "    return total + partial * (sa_value * sb_value)\n", stage=1)
-    assert honest["passed"], grade.summary(honest)
+    assert honest["passed"], grader.summary(honest)
 
 
 def test_a_lightly_disguised_copy_is_still_a_copy_and_independent_code_is_not(tmp_path):
@@ -279,4 +279,4 @@ def test_a_lightly_disguised_copy_is_still_a_copy_and_independent_code_is_not(tm
             r = tile - g * per_group
             return r // w, start + r % w
     ''', stage=8)
-    assert independent["passed"], grade.summary(independent)
+    assert independent["passed"], grader.summary(independent)

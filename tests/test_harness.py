@@ -17,6 +17,8 @@ from gemm.fp8 import BF16
 from gemm.testing.problems import random_problem, reference_gemm
 from gemm.testing.records import Column, device_info, format_table, read_result, write_result
 from gemm.testing.timer import choose_pairs
+from lessons import render_docs
+from lessons.__main__ import main as lessons_command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,13 +27,6 @@ def _run(args, timeout=120, **env):
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=timeout)
-
-
-def _render_docs_module():
-    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "tools" / "render_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ------------------------------------------------------------------------------------- ladder, no GPU
@@ -251,7 +246,6 @@ def _fake_results(folder: Path):
 
 
 def test_render_docs_fills_the_marked_blocks_from_json(tmp_path):
-    render_docs = _render_docs_module()
     docs, results = tmp_path / "docs", tmp_path / "results"
     docs.mkdir()
     results.mkdir()
@@ -259,9 +253,9 @@ def test_render_docs_fills_the_marked_blocks_from_json(tmp_path):
         (docs / name).write_text((ROOT / "docs" / name).read_text())
     _fake_results(results)
     args = ["--results", str(results), "--docs", str(docs)]
-    assert render_docs.main([*args, "--check"]) == 1  # placeholders differ from the results
-    assert render_docs.main(args) == 0
-    assert render_docs.main([*args, "--check"]) == 0
+    assert lessons_command(["docs", *args, "--check"]) == 1  # placeholders differ from the results
+    assert lessons_command(["docs", *args]) == 0
+    assert lessons_command(["docs", *args, "--check"]) == 0
     ladder = (docs / "ladder.md").read_text()
     block = ladder.split("<!-- ladder_results -->")[1].split("<!-- /ladder_results -->")[0]
     assert "| 02 smem_tiling | tiles in shared memory | 101,000.0 | 2.38 | 1 | 5.07x |" in block
@@ -273,12 +267,10 @@ def test_render_docs_fills_the_marked_blocks_from_json(tmp_path):
 
 
 def test_committed_docs_match_committed_results():
-    render_docs = _render_docs_module()
-    assert render_docs.main(["--check"]) == 0, "run `python tools/render_docs.py` and commit docs/"
+    assert lessons_command(["docs", "--check"]) == 0, "run `python -m lessons docs` and commit docs/"
 
 
 def test_replace_block_needs_both_markers():
-    render_docs = _render_docs_module()
     with pytest.raises(ValueError, match="markers"):
         render_docs.replace_block("no markers here", "ladder_results", "x")
 

@@ -78,7 +78,7 @@ def test_inspect_stage_00_prints_its_ptx_and_shape():
 
 
 def test_numba_names_are_demangled():
-    from lessons.inspect_stage import _python_name
+    from lessons.compile_report import _python_name
     mangled = "_ZN7lessons19_03_register_tiling22register_tiling_kernelB3v13B104cw51cXTLSUwv1sDUaKthqaNgoKmjgEhasCBDC"
     assert _python_name(mangled) == "register_tiling_kernel"
     assert _python_name("fp8_gemm_tma") == "fp8_gemm_tma"

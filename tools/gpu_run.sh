@@ -53,7 +53,7 @@ for part in "$@"; do
     sanitize) # SANITIZE="M,N,K[@overrides] ..." (python -m gemm sanitize jobs; default: its own)
             $PY -m gemm sanitize ${SANITIZE:-} 2>&1 | tee "$OUT/sanitizer.txt" ;;
     grade)  # the grader's calibration: every stage's own code graded on the GPU, thresholds into results/grading.json
-            timeout ${GRADE_TIMEOUT:-540} $PY tools/calibrate_grader.py ${CALIBRATE_ARGS:-} 2>&1 | tee "$OUT/calibrate.log" | tail -60
+            timeout ${GRADE_TIMEOUT:-540} $PY -m lessons calibrate ${CALIBRATE_ARGS:-} 2>&1 | tee "$OUT/calibrate.log" | tail -60
             tar czf "$OUT/grading.tgz" results/grading.json results/grading ;;
     notebooks) # execute notebooks in place (NOTEBOOKS="00 07 ..." or all), bring them back as one archive
             $PY -m lessons notebooks --execute ${NOTEBOOKS:-} 2>&1 | tee "$OUT/notebooks.log" | tail -40

@@ -4,7 +4,7 @@ An exercise is a module ``lessons/exercises/exNN_<name>.py`` that defines ``EXER
 student's starting point is ``lessons/exercises/skeletons/exNN_<name>.py``, a Python file that defines every
 function named in ``Exercise.holes`` with a body that raises ``NotImplementedError`` (and the prompt in its
 docstring). A *solution* is such a file with the holes filled. ``python -m lessons grade N solution.py`` loads it
-in a separate process and grades it (:mod:`lessons.grade`).
+in a separate process and grades it (:mod:`lessons.grading`).
 
 How a hole reaches the kernel: ``Exercise.build(solution)`` returns a :class:`Candidate` whose kernel is the
 stage's own kernel with the student's functions plugged in at the holes (a kernel factory for Numba stages, the

@@ -1,7 +1,7 @@
 """A whole class at once: ``python -m lessons grade N --class DIR [--jobs 4] [--out grades/]``.
 
 Every ``*.py`` file in DIR (or every ``*.py`` inside each sub-folder of DIR, one folder a student, as Gradescope
-and most LMS exports lay them out) is one submission, graded by :func:`lessons.grade.grade` in its own judge and
+and most LMS exports lay them out) is one submission, graded by :func:`lessons.grading.grader.grade` in its own judge and
 sandboxed oracle, ``jobs`` at a time. The results, under ``out`` (default ``DIR/grades``):
 
 * ``gradebook.csv``: one row a submission: student, file, score, possible, passed, each category's passed/graded,
@@ -19,6 +19,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from xml.etree import ElementTree
+
+from lessons.grading.grader import grade
+from lessons.grading.rubric import CATEGORIES, WEIGHTS
 
 
 def submissions(folder: Path) -> dict[str, Path]:
@@ -40,7 +43,6 @@ def _safe(name: str) -> str:
 
 def gradescope(report: dict) -> dict:
     """The report in Gradescope's results.json form: points per category spread over its graded checks."""
-    from lessons.grade import WEIGHTS
     tests = []
     counts = report["score"]["categories"]
     integrity_ok = counts["integrity"]["passed"] == counts["integrity"]["graded"]
@@ -78,7 +80,6 @@ def junit(reports: dict[str, dict]) -> str:
 
 def grade_class(stage: int, folder: Path, *, out: Path | None = None, jobs: int = 4, **options) -> dict[str, dict]:
     """Grade every submission in ``folder`` (see the module docstring); returns student -> report."""
-    from lessons.grade import CATEGORIES, grade
     found = submissions(folder)
     if not found:
         raise ValueError(f"no submissions in {folder}: expected DIR/<student>.py or DIR/<student>/<file>.py")

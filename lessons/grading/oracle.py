@@ -1,5 +1,5 @@
 """The sandboxed child of a grading run: it loads the student's file and answers the judge's questions about its
-holes with plain data, nothing else (:mod:`lessons.grading.sandbox` starts it, :mod:`lessons.grade` is the judge).
+holes with plain data, nothing else (:mod:`lessons.grading.sandbox` starts it, :mod:`lessons.grading.judge` is the judge).
 
 It runs in a temporary working directory, against a read-only copy of the project from which the exercise's own
 implementation is stripped, with a scrubbed environment, resource limits and an audit hook installed *before* the

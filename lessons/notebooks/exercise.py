@@ -68,7 +68,7 @@ import os
 from pathlib import Path
 
 from lessons.exercises import exercise
-from lessons.grade import grade, summary
+from lessons.grading.grader import grade, summary
 
 solution = Path(ROOT, "{mine}")
 if solution.exists():

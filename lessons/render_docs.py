@@ -1,22 +1,27 @@
-"""Regenerate the results tables in docs/ from the committed result files (tables are never typed by hand).
+"""``python -m lessons docs``: regenerate the results tables in docs/ and the stages' "Measured:" lines from the
+committed result files (tables are never typed by hand).
 
-    python tools/render_docs.py            # rewrite the blocks between the markers
-    python tools/render_docs.py --check    # exit 1 if a doc is out of date with results/
+    python -m lessons docs            # rewrite the blocks between the markers
+    python -m lessons docs --check    # exit 1 if a doc is out of date with results/
 
 Each block sits between ``<!-- NAME -->`` and ``<!-- /NAME -->`` in a Markdown file; everything outside
-the markers is left alone. The table columns are the ones the benchmark commands print.
+the markers is left alone. The table columns are the ones the benchmark commands print. It rewrites a checkout
+(docs/ and the stage modules are not installed), from the checkout's results/ (:mod:`lessons.results_store`).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
-import sys
+import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script from anywhere
-
-from gemm.testing.records import format_table, read_result, three_digits  # noqa: E402
+from gemm.testing.records import Column, format_table, read_result, three_digits
+from lessons import results_store
+from lessons.ablate import format_ablation_table
+from lessons.ladder import (BOUNDS, CLOCK_NOTE, DOC_COLUMNS, LADDER_SHAPE, UNIT_COLUMNS, percent, speed_of_light,
+                            unit_rows, with_bounds)
 
 
 def replace_block(text: str, name: str, content: str) -> str:
@@ -42,7 +47,6 @@ def describe_device(result: dict) -> str:
 
 
 def ladder_block(result: dict, png: Path | None, doc_dir: Path) -> str:
-    from lessons.ladder import DOC_COLUMNS, with_bounds
     shape = result.get("shape", {})
     rows = with_bounds(result["rows"], shape)
     lines = [f"M={shape.get('m')}, N={shape.get('n')}, K={shape.get('k')}. "
@@ -54,8 +58,6 @@ def ladder_block(result: dict, png: Path | None, doc_dir: Path) -> str:
 
 def speed_of_light_block() -> str:
     """The hardware table and each stage's bound, from lessons.ladder (UNITS, BOUNDS): never typed by hand."""
-    from gemm.testing.records import Column
-    from lessons.ladder import BOUNDS, CLOCK_NOTE, LADDER_SHAPE, UNIT_COLUMNS, speed_of_light, unit_rows
     stage_rows = []
     for number in sorted(BOUNDS):
         bound = speed_of_light(number, *LADDER_SHAPE)
@@ -86,7 +88,6 @@ def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
 
 def ablation_block(result: dict) -> str:
     """A ``python -m lessons ablate N`` result: its rows in the columns the command prints (lessons.ablate)."""
-    from lessons.ablate import format_ablation_table
     shape = result.get("shape", {})
     return "\n".join([f"M={shape.get('m')}, N={shape.get('n')}, K={shape.get('k')}. {describe_device(result)}", "",
                       format_ablation_table(result["rows"], markdown=True)])
@@ -108,7 +109,8 @@ def ablation_blocks(results: Path, docs: Path) -> dict[str, str]:
 
 
 def sweep_block(result: dict) -> str:
-    """A python -m gemm bench configs result: one row per shape, TFLOP/s of each config and its ratio to the first."""
+    """A config sweep's result (tools/sweep_configs.py): one row per shape, TFLOP/s of each config and its ratio
+    to the first."""
     names = result.get("configs") or sorted({r["name"] for r in result["rows"]})
     shapes = sorted({(r["m"], r["n"], r["k"]) for r in result["rows"]}, key=lambda s: (s[0], s[1], s[2]))
     by = {(r["m"], r["n"], r["k"], r["name"]): r for r in result["rows"]}
@@ -124,21 +126,17 @@ def sweep_block(result: dict) -> str:
 
 
 def _relative(path: Path, start: Path) -> str:
-    import os
     return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
 
 
 def _missing(command: str, name: str) -> str:
     return (f"_No result yet: run `{command}` on a Hopper GPU, commit `results/{name}`, "
-            "then `python tools/render_docs.py`._")
+            "then `python -m lessons docs`._")
 
 
 def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
     """Each ladder stage's docstring paragraph "Measured: ..." rewritten from the ladder result: TFLOP/s, the speedup
     over the stage before, and the share of its speed of light (lessons.ladder) and of the FP8 peak."""
-    import textwrap
-
-    from lessons.ladder import percent, with_bounds
     m, n, k = (result["shape"][key] for key in ("m", "n", "k")) if isinstance(result["shape"], dict) \
         else result["shape"]
     rendered = {}
@@ -169,9 +167,6 @@ def ablation_lines(results: Path, lessons_dir: Path, rendered: dict[Path, str]) 
     """A stage docstring's paragraph "Ablations measured: ..." rewritten from results/ablation_NN.json: each
     variant's speed as a share of the full stage's. Stages without the paragraph, or without a result, are left
     alone; ``rendered`` holds texts already rewritten (the "Measured:" line), which this one continues from."""
-    import textwrap
-
-    from gemm.testing.records import three_digits as digits
     updated = {}
     for path in sorted(results.glob("ablation_*.json")):
         number = int(path.stem.split("_")[1])
@@ -189,11 +184,11 @@ def ablation_lines(results: Path, lessons_dir: Path, rendered: dict[Path, str]) 
                 continue
             label = row["name"][len(prefix):]
             if row.get("status") == "ok" and isinstance(row.get("vs_stage"), (int, float)):
-                parts.append(f"{label} {row['vs_stage']:.2f}x ({digits(row['tflops'])} TFLOP/s)")
+                parts.append(f"{label} {row['vs_stage']:.2f}x ({three_digits(row['tflops'])} TFLOP/s)")
             else:
                 parts.append(f"{label}: {row.get('status', 'not run')}")
         full = next((r for r in result["rows"] if r["name"] == f"stage {number:02d}"), {})
-        speed = f"{digits(full['tflops'])} TFLOP/s" if full.get("tflops") else "not timed"
+        speed = f"{three_digits(full['tflops'])} TFLOP/s" if full.get("tflops") else "not timed"
         line = (f"Ablations measured: the full stage {speed} at M={shape.get('m')} N={shape.get('n')} "
                 f"K={shape.get('k')} on {result['device'].get('name', 'a GPU')}; with one idea off, its speed as a "
                 f"share of that: {'; '.join(parts)} (results/{path.name}, `python -m lessons ablate {number}`).")
@@ -215,7 +210,7 @@ def grouped_block(result: dict) -> str:
 
 
 def grading_block(grading: dict) -> str:
-    """The grader's per-stage thresholds (results/grading.json, tools/calibrate_grader.py) and the shares of the
+    """The grader's per-stage thresholds (results/grading.json, python -m lessons calibrate) and the shares of the
     speed-of-light bound the stage's own code reached in the run they were set from."""
     lines = ["| stage | threshold (share of the bound) | the stage's own code | measured on |", "|---|---|---|---|"]
     for stage, entry in grading["stages"].items():
@@ -251,7 +246,6 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
         _missing("python -m gemm bench grouped", "grouped_bench.json")
     grading_json = results / "grading.json"
     if grading_json.exists():
-        import json
         blocks["grading_thresholds"] = grading_block(json.loads(grading_json.read_text()))
     for sweep in (results / "ffma_pass.json", results / "multicast.json"):
         if sweep.exists():
@@ -271,18 +265,30 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     return rendered
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--results", type=Path, default=ROOT / "results")
-    parser.add_argument("--docs", type=Path, default=ROOT / "docs")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", type=Path, default=None, help="result files to draw from (default: the "
+                        "checkout's results/)")
+    parser.add_argument("--docs", type=Path, default=None, help="Markdown files to rewrite (default: the checkout's "
+                        "docs/)")
     parser.add_argument("--lessons", type=Path, default=None,
                         help="folder of stage modules whose 'Measured:' line to rewrite (default: lessons/ "
                              "when --results is the default)")
-    parser.add_argument("--check", action="store_true", help="only report docs that are out of date")
-    args = parser.parse_args(argv)
+    parser.add_argument("--check", action="store_true", help="only report docs that are out of date (exit 1)")
+
+
+def run(args) -> int:
+    """``python -m lessons docs``: the parsed arguments -> exit code (1: ``--check`` found stale docs)."""
+    checkout = results_store.checkout_dir()
+    if checkout is None and (args.results is None or args.docs is None):
+        print("python -m lessons docs: no checkout here (an installed package has no docs/ to rewrite): run it in the "
+              "repository, or give --results and --docs")
+        return 2
+    repository = results_store.REPOSITORY
+    results = args.results or checkout
+    docs = args.docs or repository / "docs"
+    lessons = args.lessons or (repository / "lessons" if args.results is None else None)
     stale = []
-    lessons = args.lessons or (ROOT / "lessons" if args.results == ROOT / "results" else None)
-    for doc, text in render(args.results, args.docs, lessons).items():
+    for doc, text in render(results, docs, lessons).items():
         if doc.read_text() != text:
             stale.append(doc)
             if not args.check:
@@ -290,7 +296,3 @@ def main(argv=None) -> int:
     verb = "out of date" if args.check else "updated"
     print(f"{verb}: {', '.join(map(str, stale))}" if stale else "docs up to date")
     return 1 if (args.check and stale) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
