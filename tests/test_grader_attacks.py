@@ -261,7 +261,7 @@ def test_a_lightly_disguised_copy_is_still_a_copy_and_independent_code_is_not(tm
     canonical statements); the same function written independently, with other statements, is not."""
     import ast
     from lessons.grading.copies import functions_in
-    own = ast.unparse(functions_in((ROOT / "gemm" / "kernel" / "scheduler.py").read_text())["tile_coords"])
+    own = ast.unparse(functions_in((ROOT / "gemm" / "kernel" / "tile_scheduler.py").read_text())["tile_coords"])
     disguised = (own.replace("raster_group", "rg").replace("group * rg", "rg * group")
                  .replace("width = ", "unused = 0\n    width = "))
     assert disguised != own
