@@ -118,7 +118,7 @@ def numba_report(module, ptx: str) -> dict:
     """Assemble a Numba stage's PTX (from :func:`numba_stage_ptx`) and describe the cubin like a PTX stage's."""
     from ptx.compile import compile_ptx
     started = time.perf_counter()
-    cubin = compile_ptx(ptx)
+    cubin = compile_ptx(ptx, assembler="nvjitlink")  # Numba's PTX never moves registers (setmaxnreg)
     names = {name: _python_name(name) for name in cubin.resources}
     return _cubin_report(cubin, ptx, kind="numba", shape=(), dynamic_shared=0, names=names,
                          static_shared=_static_shared(ptx), seconds=time.perf_counter() - started)
