@@ -110,8 +110,10 @@ def test_inspect_counts_opcodes_of_a_small_ptx_kernel(monkeypatch, capsys):
         pytest.skip("ptx/sass.py (the toolchain helper's SASS listing) is not in this checkout yet")
     from lessons.inspect_stage import inspect
 
+    from ptx.builder import PtxModule
+
     def generate(m, n, k):  # one FMA per thread: enough to see FFMA and STG in the listing
-        return f"""
+        return PtxModule(f"""
 .version 8.5
 .target sm_90a
 .address_size 64
@@ -127,7 +129,7 @@ def test_inspect_counts_opcodes_of_a_small_ptx_kernel(monkeypatch, capsys):
   add.s64 %rd2, %rd2, %rd3;
   st.global.f32 [%rd2], %f2;
   ret;
-}}"""
+}}""", {"fake_fma": [("u64", 0)]})
 
     module = _fake_stage("ptx", None, "95_fake_ptx")
     module.generate = generate
