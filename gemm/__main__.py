@@ -10,20 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gemm.shapes import parse_shape_list
+
 
 def parse_nk_shapes(text: str) -> list[tuple[int, int]]:
     """ "N,K;N,K" (or NxK) -> [(N, K), ...]."""
-    shapes = []
-    for part in filter(None, (p.strip() for p in text.split(";"))):
-        try:
-            values = [int(v) for v in part.replace("x", ",").split(",")]
-        except ValueError:
-            values = []
-        if len(values) != 2 or min(values) <= 0:
-            raise argparse.ArgumentTypeError(f"shape {part!r}: expected N,K (two positive integers), "
-                                             "e.g. --shapes \"2112,7168;24576,1536\"")
-        shapes.append((values[0], values[1]))
-    return shapes
+    return parse_shape_list(text, 2, '--shapes "2112,7168;24576,1536"')
 
 
 def _add_prebuild(commands) -> None:

@@ -289,6 +289,25 @@ def _stream_for(out, stream):
     return stream
 
 
+def _prepared_key(gemm_type: str, a, sa, b, sb, out, layout, expected_m, *, eligible: bool):
+    """The signature a torch call's prepared launch is kept under (gemm.dispatch), or None when the call may not
+    reuse one: an explicit stream or config, a requested value check (a host sync), or not torch tensors on a GPU."""
+    if not (eligible and is_torch_tensor(out) and out.is_cuda):
+        return None
+    try:
+        return dispatch.grouped_signature(gemm_type, a, sa, b, sb, out, layout, expected_m)
+    except AttributeError:  # an argument that is not a tensor: the checks name it
+        return None
+
+
+def _launch_prepared(key, out) -> bool:
+    prepared = dispatch.PREPARED.get(key)
+    if prepared is None:
+        return False
+    prepared(current_raw_stream(out))
+    return True
+
+
 def m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices, *, check_indices: bool | None = None,
                                      stream=None, config=None) -> None:
     """out[i] = (a[i] * sa[i]) @ (b[g] * sb[g]).T for every row i of a whose group g = m_indices[i] (module
@@ -302,16 +321,10 @@ def m_grouped_fp8_gemm_nt_contiguous(lhs, rhs, out, m_indices, *, check_indices:
     stream handle or object (default: torch's current stream for a torch ``out``). ``config``: a KernelConfig with
     gemm_type="contiguous" (or a function of (M, N, K) returning one) instead of the heuristics'."""
     (a, sa), (b, sb) = lhs, rhs
-    key = None
-    if stream is None and config is None and not check_indices and is_torch_tensor(out) and out.is_cuda:
-        try:
-            key = dispatch.grouped_signature("contiguous", a, sa, b, sb, out, m_indices, None)
-        except AttributeError:  # an argument that is not a tensor: the checks below name it
-            key = None
-        else:
-            prepared = dispatch.PREPARED.get(key)
-            if prepared is not None:
-                return prepared(current_raw_stream(out))
+    key = _prepared_key("contiguous", a, sa, b, sb, out, m_indices, None,
+                        eligible=stream is None and config is None and not check_indices)
+    if key is not None and _launch_prepared(key, out):
+        return
     args = check_contiguous_args(a, sa, b, sb, out, m_indices, check_indices=check_indices,
                                  accept_row_major_sa=is_torch_tensor(sa))
     dispatch.run(args, _stream_for(out, stream), config, plan_key=key)
@@ -328,16 +341,10 @@ def m_grouped_fp8_gemm_nt_masked(lhs, rhs, out, masked_m, expected_m: int, *, ch
     ``check_masked_m``: as ``check_indices`` of :func:`m_grouped_fp8_gemm_nt_contiguous` (counts in 0..M_max).
     ``stream``, ``config``: as there (gemm_type="masked"; the function gets (expected_m, N, K))."""
     (a, sa), (b, sb) = lhs, rhs
-    key = None
-    if stream is None and config is None and not check_masked_m and is_torch_tensor(out) and out.is_cuda:
-        try:
-            key = dispatch.grouped_signature("masked", a, sa, b, sb, out, masked_m, expected_m)
-        except AttributeError:  # an argument that is not a tensor: the checks below name it
-            key = None
-        else:
-            prepared = dispatch.PREPARED.get(key)
-            if prepared is not None:
-                return prepared(current_raw_stream(out))
+    key = _prepared_key("masked", a, sa, b, sb, out, masked_m, expected_m,
+                        eligible=stream is None and config is None and not check_masked_m)
+    if key is not None and _launch_prepared(key, out):
+        return
     args = check_masked_args(a, sa, b, sb, out, masked_m, expected_m, check_masked_m=check_masked_m,
                              accept_row_major_sa=is_torch_tensor(sa))
     dispatch.run(args, _stream_for(out, stream), config, heuristic_m=min(int(expected_m), args.m), plan_key=key)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from gemm.prebuild import MODEL_SHAPES
+from gemm.shapes import parse_shape_list
 from gemm.testing.peers import time_peer
 from gemm.testing.problems import (TorchProblem, check_output, flops, gemm_bytes, poison_torch, random_problem,
                                    reference_rows, torch_bits)
@@ -125,17 +126,7 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
         return list(DEEPSEEK_SHAPES)
     if text == "bench":
         return list(BENCH_SHAPES)
-    shapes = []
-    for part in filter(None, (p.strip() for p in text.split(";"))):
-        try:
-            values = [int(v) for v in part.replace("x", ",").split(",")]
-        except ValueError:
-            values = []
-        if len(values) != 3 or min(values) <= 0:
-            raise argparse.ArgumentTypeError(f"shape {part!r}: expected M,N,K (three positive integers), "
-                                             'e.g. --shapes "64,2112,7168;4096,7168,16384"')
-        shapes.append(tuple(values))
-    return shapes
+    return parse_shape_list(text, 3, '--shapes "64,2112,7168;4096,7168,16384"')
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

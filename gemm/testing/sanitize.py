@@ -19,6 +19,8 @@ import sys
 
 import numpy as np
 
+from gemm.shapes import parse_shape_list
+
 DEFAULT_JOBS = ("2048,2048,512", "1000,2112,512", "4096,4096,512", "1000,2112,512@epilogue='staged'",
                 "300,2112,512@out_dtype='f32',accumulate=True")
 TOOLS = ("memcheck", "racecheck", "synccheck")
@@ -26,11 +28,10 @@ TOOLS = ("memcheck", "racecheck", "synccheck")
 
 def parse_job(text: str) -> tuple[tuple[int, int, int], str]:
     shape, _, overrides = text.partition("@")
-    try:
-        m, n, k = (int(v) for v in shape.replace("x", ",").split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"job {text!r}: expected M,N,K or M,N,K@field=value,...") from None
-    return (m, n, k), overrides
+    shapes = parse_shape_list(shape, 3, '"1000,2112,512" or "1000,2112,512@epilogue=\'staged\'"')
+    if len(shapes) != 1:
+        raise argparse.ArgumentTypeError(f"job {text!r}: expected one M,N,K (jobs are separated by spaces)")
+    return shapes[0], overrides
 
 
 def run_once(m: int, n: int, k: int, overrides: str = "") -> int:
