@@ -170,11 +170,11 @@ def ablate(number: int, m: int, n: int, k: int, out: Path) -> int:
             print(f"ablations are timings: they need a Hopper GPU. The variants that would run, assembled for "
                   f"sm_90a at M={m} N={n} K={k} (spill B: bytes spilled + refilled; SASS: opcodes in the kernel):")
             print(format_ablation_table(_option_rows_without_gpu(number, m, n, k)))
-            return 0
-        print("ablations are timings: they need a Hopper GPU. The configs that would run:")
-        for name, config in configs.items():
-            print(f"  {name}: {config.describe()}")
-        return 0
+        else:
+            print("ablations are timings: they need a Hopper GPU. The configs that would run:")
+            for name, config in configs.items():
+                print(f"  {name}: {config.describe()}")
+        return 2  # nothing was timed: a script that asked for an ablation must not take this for one
     from gemm.testing.records import command_line, device_info, write_result
     if options:
         rows = time_options(number, m, n, k)

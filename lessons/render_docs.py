@@ -109,7 +109,7 @@ def ablation_blocks(results: Path, docs: Path) -> dict[str, str]:
 
 
 def sweep_block(result: dict) -> str:
-    """A config sweep's result (tools/sweep_configs.py): one row per shape, TFLOP/s of each config and its ratio
+    """A config sweep's result (``python -m gemm bench configs``): one row per shape, TFLOP/s of each config and its ratio
     to the first."""
     names = result.get("configs") or sorted({r["name"] for r in result["rows"]})
     shapes = sorted({(r["m"], r["n"], r["k"]) for r in result["rows"]}, key=lambda s: (s[0], s[1], s[2]))

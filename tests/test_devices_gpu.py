@@ -84,22 +84,31 @@ def current_context() -> int:
 @pytest.mark.parametrize("m, n, k", SHAPES)
 def test_a_foreign_context_on_the_calling_thread_is_given_back(m, n, k, rng):
     """A thread that made its own (non-primary) context current, as a CUDA C library may: the call runs in the
-    device's primary context (where torch's memory and streams live) and leaves the thread's context current."""
+    device's primary context (where torch's memory and streams live) and leaves the thread's context current.
+
+    torch's own work (the NaN poison, the synchronize) runs with the primary context current: with another context
+    current, torch's runtime calls would use that context, whose null stream does not order with the primary's, so
+    the poison could land after the GEMM (it did, depending on what ran before)."""
     torch = _torch()
     (a, sa, b, sb), out, want = problem_on(0, m, n, k, rng)
     cuda = devices.driver()
     own = devices.check(cuda.cuCtxCreate(None, 0, devices.check(cuda.cuDeviceGet(0), "cuDeviceGet")), "cuCtxCreate")
+    devices.check(cuda.cuCtxPopCurrent(), "cuCtxPopCurrent")  # created current; pushed again around each call
     try:
-        assert current_context() == int(own)
         for _ in range(2):  # the first call prepares, the second takes the hot path
             out.fill_(float("nan"))
-            gemm.fp8_gemm_nt((a, sa), (b, sb), out)
-            assert current_context() == int(own), "the caller's context must be current again"
-        torch.cuda.synchronize(0)
+            torch.cuda.synchronize(0)
+            devices.check(cuda.cuCtxPushCurrent(own), "cuCtxPushCurrent")
+            try:
+                assert current_context() == int(own)
+                gemm.fp8_gemm_nt((a, sa), (b, sb), out)
+                assert current_context() == int(own), "the caller's context must be current again"
+            finally:
+                devices.check(cuda.cuCtxPopCurrent(), "cuCtxPopCurrent")
+            torch.cuda.synchronize(0)
+            check(out, want)
     finally:
-        devices.check(cuda.cuCtxPopCurrent(), "cuCtxPopCurrent")
         devices.check(cuda.cuCtxDestroy(own), "cuCtxDestroy")
-    check(out, want)
 
 
 @pytest.mark.gpu
