@@ -117,7 +117,7 @@ NOISE = 0.01  # this notebook's threshold for "faster" or "slower"; a choice, no
 
 
 def show_sweep(name, command, ratios=None):
-    """A tools/sweep_configs.py result: TFLOP/s per shape and config, then each ratio (config, baseline) per shape
+    """A ``python -m gemm bench configs`` result: TFLOP/s per shape and config, then each ratio (config, baseline) per shape
     and over all shapes (min / median / max). ``ratios`` defaults to every config against the first."""
     path = Path(ROOT, "results", name)
     if not path.exists():

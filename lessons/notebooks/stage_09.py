@@ -158,21 +158,22 @@ print(f"rows read from L2 per K block, summed over the tiles: {rows_before} -> {
 
 
 MULTICAST_COMMAND = ('python -m gemm bench configs "4096,4096,7168;4096,7168,16384;4096,2112,7168" production '
-                     '"production:multicast=2" stage08 stage09 --json results/multicast.json')
+                     '"production:multicast=2" --json results/multicast.json')
 
 
 MEASURED_CELLS = [
     markdown("""\
 ## Measured: gain or no gain, the honest result
 
-`tools/sweep_configs.py` checks and times named configs with the one kernel timer: the production config with
-and without `multicast=2`, and stages 08 and 09 (128 × 128 tiles) on three large shapes. The cell prints the
-result when `results/multicast.json` exists, and otherwise the command that writes it."""),
+`python -m gemm bench configs` checks and times named configs with the one kernel timer: the production config
+with and without `multicast=2` on three large shapes (stages 08 and 09 themselves, 128 × 128 tiles, side by side:
+`python -m lessons ladder --stages 8,9`). The cell prints the result when `results/multicast.json` exists, and
+otherwise the command that writes it."""),
     code(SWEEP_HELPER + f'''
 
 
 show_sweep("multicast.json", {MULTICAST_COMMAND!r},
-           ratios=[("production:multicast=2", "production"), ("stage09", "stage08")])
+           ratios=[("production:multicast=2", "production")])
 
 from gemm.heuristics import choose_config
 print(f"\\nthe production heuristics' config at {{SHAPE}}: {{choose_config(*SHAPE).describe()}}")'''),
