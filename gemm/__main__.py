@@ -3,7 +3,7 @@
     python -m gemm prebuild --model deepseek-v3 --jobs 8      # compile a model's kernels into the disk cache
     python -m gemm prebuild --shapes "2112,7168;24576,1536" --max-m 4096
 
-The benchmark has its own entry point, ``python -m gemm bench dense``.
+Benchmarks: ``python -m gemm bench dense | grouped | configs | host | new-m``; ``python -m gemm sanitize``.
 """
 from __future__ import annotations
 
@@ -54,8 +54,9 @@ def _run_prebuild(args) -> int:
 
 
 BENCHES = {  # name: (module under gemm.testing, what it times, its add_arguments / run)
-    "dense": ("bench_dense", "fp8_gemm_nt vs cuBLAS blockwise on the 18 DeepSeek shapes + 8192^3 (results/gemm_bench.json)",
-              "add_arguments", "run"),
+    "dense": ("bench_peers", "fp8_gemm_nt beside cuBLAS blockwise and any DeepGEMM trees given (--deepgemm), in one "
+              "run, on the DeepSeek shapes, 8192^3 and decode / prefill spots; --grouped adds the MoE shapes "
+              "(results/gemm_bench.json)", "add_arguments", "run"),
     "grouped": ("bench_grouped", "the m-grouped contiguous and masked GEMMs on DeepGEMM's grouped shapes "
                 "(results/grouped_bench.json)", "add_arguments", "run"),
     "configs": ("bench_configs", "named kernel configs (production[:field=value,...]) on shapes", "add_arguments", "run"),

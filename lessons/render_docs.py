@@ -73,16 +73,20 @@ def speed_of_light_block() -> str:
 
 
 def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
-    from gemm.testing.bench_dense import COLUMNS
-    lines = [describe_device(result), "", format_table(COLUMNS, result["rows"], markdown=True)]
-    if result.get("reference_note"):
-        lines += ["", result["reference_note"]]
+    """The same-run peer table (python -m gemm bench dense): every contender's TFLOP/s per shape, the ratios, the
+    summary and the host time per call."""
+    from gemm.testing.bench_peers import columns, contender_names, describe_summary, table_rows
+    names = contender_names(result["rows"])
+    lines = [describe_device(result), "", format_table(columns(names), table_rows(result["rows"], names),
+                                                       markdown=True)]
+    if result.get("summary"):
+        lines += ["", describe_summary(result["summary"]) + "."]
     overhead = result.get("host_overhead")
     if overhead:
         from gemm.testing.bench_host import describe_overhead
         lines += ["", describe_overhead(overhead)]
     if png is not None and png.exists():
-        lines += ["", f"![fp8_gemm_nt vs cuBLAS, TFLOP/s per shape]({_relative(png, doc_dir)})"]
+        lines += ["", f"![TFLOP/s per shape, every contender in the same run]({_relative(png, doc_dir)})"]
     return "\n".join(lines)
 
 
@@ -201,7 +205,7 @@ def ablation_lines(results: Path, lessons_dir: Path, rendered: dict[Path, str]) 
 
 
 def grouped_block(result: dict) -> str:
-    """The MoE grouped GEMMs' table (gemm bench grouped): ours, DeepGEMM's, and our dense GEMM at the same M."""
+    """The MoE grouped GEMMs' table (gemm bench grouped): ours and our dense GEMM at the same M."""
     from gemm.testing.bench_grouped import GROUPED_COLUMNS
     lines = [describe_device(result), "", format_table(GROUPED_COLUMNS, result["rows"], markdown=True)]
     if result.get("reference_note"):

@@ -193,16 +193,18 @@ def test_format_table_aligns_and_marks_missing_values():
     assert markdown[2] == "| naive | 1234.6 |"
 
 
-def test_bench_table_and_shapes():
+def test_bench_shapes():
     assert len(bench_dense.DEEPSEEK_SHAPES) == 18 and (64, 2112, 7168) in bench_dense.DEEPSEEK_SHAPES
+    assert len(bench_dense.BENCH_SHAPES) == 26 and (1, 7168, 2048) in bench_dense.BENCH_SHAPES
     assert bench_dense.parse_shapes("64,2112,7168; 128x7168x2048") == [(64, 2112, 7168), (128, 7168, 2048)]
     with pytest.raises(Exception, match="M,N,K"):
         bench_dense.parse_shapes("64,2112")
-    rows = [{"m": 64, "n": 2112, "k": 7168, "ours_us": 20.0, "ours_tflops": 97.0, "ours_gbps": 800.0,
-             "peer_tflops": 88.0, "ratio": 1.1, "diff": 2e-6, "status": "ok"},
-            {"m": 128, "n": 2112, "k": 7168, "status": "failed"}]
-    text = format_table(bench_dense.COLUMNS, rows)
-    assert "1.10x" in text and "2.0e-06" in text and "failed" in text
+
+
+def test_a_result_records_the_command_as_retyped(monkeypatch):
+    from gemm.testing.records import command_line
+    monkeypatch.setattr(sys, "argv", ["/x/gemm/__main__.py", "bench", "dense", "--out", "/tmp/o", "--grouped"])
+    assert command_line("gemm") == "python -m gemm bench dense --grouped"
 
 
 def test_choose_pairs_stays_in_bounds():
@@ -242,8 +244,10 @@ def _fake_results(folder: Path):
     write_result(folder / "ladder.json", command="python -m lessons ladder", rows=ladder_rows, device=device,
                  shape={"m": 4096, "n": 4096, "k": 7168})
     write_result(folder / "gemm_bench.json", command="python -m gemm bench dense", device=device,
-                 rows=[{"m": 64, "n": 2112, "k": 7168, "ours_us": 20.0, "ours_tflops": 97.0, "ours_gbps": 800.0,
-                        "peer_tflops": 88.0, "ratio": 1.1, "diff": 2e-6, "status": "ok"}])
+                 rows=[{"M": 64, "N": 2112, "K": 7168, "us": {"ours": 20.0, "cublas": 22.0},
+                        "tflops": {"ours": 97.0, "cublas": 88.0}, "gbs": {"ours": 800.0, "cublas": 727.0},
+                        "diff": {"ours": 2e-6}, "ours_vs_cublas": 1.1, "status": "ok"}],
+                 summary={"ours_vs_cublas": {"geomean": 1.1, "shapes": 1, "at_or_above": 1, "lowest": 1.1}})
     (folder / "ladder.png").write_bytes(b"\x89PNG fake")
 
 
@@ -265,7 +269,9 @@ def test_render_docs_fills_the_marked_blocks_from_json(tmp_path):
     assert "5.07x" in block and "NVIDIA H100" in block and "![TFLOP/s per stage](../results/ladder.png)" in block
     assert ladder.startswith("# The ladder")  # text outside the markers untouched
     bench_doc = (docs / "benchmarks.md").read_text()
-    assert "| 64 | 2112 | 7168 | 20.0 | 97 | 800 | 88 | 1.10x |" in bench_doc
+    assert "| shape | ours TFLOP/s | cuBLAS TFLOP/s | ours GB/s |" in bench_doc
+    assert "| 64x2112x7168 | 97 | 88 | 800 | - | 1.10x | 2.0e-06 | ok |" in bench_doc
+    assert "ours / cuBLAS: geomean 1.100 over 1 shapes" in bench_doc
 
 
 def test_committed_docs_match_committed_results():
@@ -275,13 +281,6 @@ def test_committed_docs_match_committed_results():
 def test_replace_block_needs_both_markers():
     with pytest.raises(ValueError, match="markers"):
         render_docs.replace_block("no markers here", "ladder_results", "x")
-
-
-def test_bench_chart_is_drawn(tmp_path):
-    rows = [{"m": 64, "n": 2112, "k": 7168, "ours_tflops": 90.0, "peer_tflops": 88.0},
-            {"m": 128, "n": 2112, "k": 7168, "status": "failed"}]
-    bench_dense.plot_bench(rows, tmp_path / "bench.png", title="test")
-    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_ladder_chart_is_drawn(tmp_path):

@@ -7,13 +7,15 @@ with the host time of one grouped call without a graph.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from gemm.fp8 import calc_diff, ceil_div
+from gemm.fp8 import ceil_div
 from gemm.testing.bench_dense import measure_shape
-from gemm.testing.problems import DIFF_LIMIT, flops, grouped_inputs, poison_torch, reference_gemm
+from gemm.testing.problems import (Reference, check_rows, flops, grouped_inputs, poison_torch, reference_gemm,
+                                   torch_output_parts)
 from gemm.testing.records import Column, command_line, device_info, format_table, write_result
 from gemm.testing.timer import bench_kernel
 
@@ -22,26 +24,15 @@ from gemm.testing.timer import bench_kernel
 CONTIGUOUS_SHAPES = [(4, 8192, 4096, 7168), (4, 8192, 7168, 2048), (8, 4096, 4096, 7168), (8, 4096, 7168, 2048)]
 MASKED_SHAPES = [(1, 1024, 4096, 7168), (1, 1024, 7168, 2048), (2, 512, 4096, 7168), (2, 512, 7168, 2048),
                  (4, 256, 4096, 7168), (4, 256, 7168, 2048)]
-# DeepGEMM 4499c4c's grouped GEMMs measured on this H100 model with the same timer (CUDA-graph replay of
-# (L2 flush; call) minus the flushes), TFLOP/s: ../shared/reference/peer-baselines-h100.md, 2026-11-22.
-DEEPGEMM_GROUPED_TFLOPS = {
-    ("contiguous", 4, 8192, 4096, 7168): 1038, ("contiguous", 4, 8192, 7168, 2048): 1066,
-    ("contiguous", 8, 4096, 4096, 7168): 993, ("contiguous", 8, 4096, 7168, 2048): 1008,
-    ("masked", 1, 1024, 4096, 7168): 1281, ("masked", 1, 1024, 7168, 2048): 917,
-    ("masked", 2, 512, 4096, 7168): 1220, ("masked", 2, 512, 7168, 2048): 876,
-    ("masked", 4, 256, 4096, 7168): 1037, ("masked", 4, 256, 7168, 2048): 820,
-}
 GROUPED_COLUMNS = [
     Column("layout", "layout", align="left"), Column("groups", "G"), Column("m_per_group", "M/group"),
     Column("n", "N"), Column("k", "K"), Column("config", "config", align="left"),
     Column("ours_us", "ours us", "{:.1f}"), Column("ours_tflops", "ours TFLOP/s", "{:.0f}"),
-    Column("ours_gbps", "ours GB/s", "{:.0f}"), Column("deepgemm_tflops", "DeepGEMM TFLOP/s*", "{:.0f}"),
-    Column("vs_deepgemm", "ours / DeepGEMM", "{:.2f}x"), Column("dense_tflops", "dense same M TFLOP/s", "{:.0f}"),
+    Column("ours_gbps", "ours GB/s", "{:.0f}"), Column("dense_tflops", "dense same M TFLOP/s", "{:.0f}"),
     Column("vs_dense", "vs dense", "{:.2f}x"), Column("diff", "diff", "{:.1e}"), Column("status", "status", align="left"),
 ]
-GROUPED_NOTE = ("* DeepGEMM 4499c4c on this H100 model with the same timer "
-                "(../shared/reference/peer-baselines-h100.md, 2026-11-22; masked with masked_m = M per group); "
-                "ratios across runs carry the run-to-run spread (0.98-1.05 there)")
+GROUPED_NOTE = ("masked with masked_m = M per group; DeepGEMM and cuBLAS beside ours on these shapes, in the same "
+                "run: python -m gemm bench dense --grouped --deepgemm ... (results/gemm_bench.json)")
 GROUPED_REFERENCE_ROWS = 64  # rows per group checked against float64 (every row is checked for being written)
 
 
@@ -51,59 +42,84 @@ def grouped_bytes(rows: int, n: int, k: int, groups: int) -> int:
     return rows * (k + 4 * kb + 2 * n) + groups * (n * k + 4 * ceil_div(n, 128) * kb)
 
 
-def measure_grouped(layout: str, groups: int, m: int, n: int, k: int, rng, timer=None) -> dict:
-    """One row: the grouped GEMM checked (NaN-poisoned out, sampled rows per group vs float64) and timed."""
+@dataclass
+class GroupedProblem:
+    """One grouped problem on the GPU in our layouts, its launch, the float64 reference on sampled rows of D (seen as
+    (G*M, N)), and the same operands as host arrays for a peer (:func:`gemm.testing.deepgemm_peer.grouped_payload`)."""
+    layout: str
+    groups: int
+    m: int
+    n: int
+    k: int
+    out: object
+    launch: object
+    reference: Reference
+    config: object
+    payload: dict
+
+    @property
+    def flop_count(self) -> int:
+        return flops(self.groups * self.m, self.n, self.k)
+
+    @property
+    def byte_count(self) -> int:
+        return grouped_bytes(self.groups * self.m, self.n, self.k, self.groups)
+
+
+def grouped_problem(layout: str, groups: int, m: int, n: int, k: int, rng) -> GroupedProblem:
     import torch
     from gemm.grouped import m_grouped_fp8_gemm_nt_contiguous, m_grouped_fp8_gemm_nt_masked
     from gemm.heuristics import choose_grouped_config
+    from gemm.testing.deepgemm_peer import grouped_payload
+    a, sa, b, sb = grouped_inputs(layout, groups, m, n, k)
+    if layout == "contiguous":
+        out = torch.empty((groups * m, n), dtype=torch.bfloat16, device="cuda")
+        layout_array = torch.arange(groups, dtype=torch.int32, device="cuda").repeat_interleave(m)
+        config = choose_grouped_config(layout, groups * m, n, k, groups)
+
+        def launch(stream):
+            m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, sb), out, layout_array, stream=stream)
+    else:
+        out = torch.empty((groups, m, n), dtype=torch.bfloat16, device="cuda")
+        layout_array = torch.full((groups,), m, dtype=torch.int32, device="cuda")
+        config = choose_grouped_config(layout, m, n, k, groups)
+
+        def launch(stream):
+            m_grouped_fp8_gemm_nt_masked((a, sa), (b, sb), out, layout_array, m, stream=stream)
+    host = lambda t: t.cpu().numpy()  # noqa: E731
+    a_host = host(a.view(torch.uint8)).reshape(groups * m, k)
+    sa_host = np.ascontiguousarray(host(sa).reshape(groups * m, -1))
+    b_host, sb_host = host(b.view(torch.uint8)), host(sb)
+    rows, values = [], []
+    for g in range(groups):  # sampled rows of each group, against float64
+        index = g * m + np.sort(rng.choice(m, size=min(m, GROUPED_REFERENCE_ROWS), replace=False))
+        rows.append(index)
+        values.append(reference_gemm(a_host[index], sa_host[index], b_host[g], sb_host[g]))
+    reference = Reference(np.concatenate(rows), np.concatenate(values), sampled=True)
+    payload = grouped_payload(layout, a_host.reshape(a.shape), sa_host.reshape(*a.shape[:-1], -1), b_host, sb_host,
+                              host(layout_array), expected_m=m)
+    return GroupedProblem(layout, groups, m, n, k, out, launch, reference, config, payload)
+
+
+def measure_grouped(layout: str, groups: int, m: int, n: int, k: int, rng, timer=None) -> dict:
+    """One row: the grouped GEMM checked (NaN-poisoned out, sampled rows per group vs float64) and timed."""
+    import torch
     timer = timer or bench_kernel
     row = {"layout": layout, "groups": groups, "m_per_group": m, "n": n, "k": k}
     try:
-        a, sa, b, sb = grouped_inputs(layout, groups, m, n, k)
-        if layout == "contiguous":
-            out = torch.empty((groups * m, n), dtype=torch.bfloat16, device="cuda")
-            layout_array = torch.arange(groups, dtype=torch.int32, device="cuda").repeat_interleave(m)
-            config = choose_grouped_config(layout, groups * m, n, k, groups)
-
-            def launch(stream):
-                m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, sb), out, layout_array, stream=stream)
-        else:
-            out = torch.empty((groups, m, n), dtype=torch.bfloat16, device="cuda")
-            layout_array = torch.full((groups,), m, dtype=torch.int32, device="cuda")
-            config = choose_grouped_config(layout, m, n, k, groups)
-
-            def launch(stream):
-                m_grouped_fp8_gemm_nt_masked((a, sa), (b, sb), out, layout_array, m, stream=stream)
+        problem = grouped_problem(layout, groups, m, n, k, rng)
+        config = problem.config
         row["config"] = f"{config.block_m}x{config.block_n}, {config.stages} stages"
-        poison_torch(out)
-        launch(None)
+        poison_torch(problem.out)
+        problem.launch(None)
         torch.cuda.synchronize()
-        got = out.view(groups, m, n)
-        unwritten = int(torch.isnan(got).sum().item())
-        a3, sa3 = a.view(groups, m, k), sa.reshape(groups, m, -1)
-        host = lambda t: t.cpu().numpy()  # noqa: E731
-        diffs = []
-        for g in range(groups):
-            index = torch.from_numpy(np.sort(rng.choice(m, size=min(m, GROUPED_REFERENCE_ROWS), replace=False)))
-            index = index.cuda()
-            want = reference_gemm(host(a3[g].index_select(0, index).view(torch.uint8)),
-                                  host(sa3[g].index_select(0, index)), host(b[g].view(torch.uint8)), host(sb[g]))
-            diffs.append(calc_diff(host(got[g].index_select(0, index).float()), want))
-        diff = max(diffs)
-        timing = timer(launch)
-        flop_count = flops(groups * m, n, k)
+        check = check_rows(*torch_output_parts(problem.out, problem.reference.rows), problem.reference)
+        timing = timer(problem.launch)
         row.update(ours_us=timing.median_us, ours_min_us=timing.min_us, pairs=timing.pairs,
-                   ours_tflops=timing.tflops(flop_count),
-                   ours_gbps=timing.gbps(grouped_bytes(groups * m, n, k, groups)),
-                   diff=diff, unwritten=unwritten,
-                   status="ok" if unwritten == 0 and diff < DIFF_LIMIT else "WRONG")
+                   ours_tflops=timing.tflops(problem.flop_count), ours_gbps=timing.gbps(problem.byte_count),
+                   diff=check["diff"], unwritten=check["unwritten"], status="ok" if check["correct"] else "WRONG")
     except Exception as error:  # one shape's failure is a row, not the end of the run
         row.update(status="failed", error=f"{type(error).__name__}: {error}")
-    known = DEEPGEMM_GROUPED_TFLOPS.get((layout, groups, m, n, k))
-    if known:
-        row["deepgemm_tflops"] = known
-        if row.get("ours_tflops"):
-            row["vs_deepgemm"] = row["ours_tflops"] / known
     return row
 
 
@@ -132,7 +148,7 @@ def grouped_bench(out: Path | None = Path("results"), rng=None) -> list[dict]:
             print(f"{row['layout']} G={row['groups']} M={row['m_per_group']} N={row['n']} K={row['k']}: {row['error']}")
     if out is not None:
         path = Path(out) / "grouped_bench.json"
-        write_result(path, command=command_line("gemm bench grouped"), rows=rows, device=device_info(),
+        write_result(path, command=command_line("gemm"), rows=rows, device=device_info(),
                      reference_note=GROUPED_NOTE,
                      timing="CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only; median of 5; "
                             "FLOPs and bytes count every row (masked_m = M per group)")
@@ -149,4 +165,4 @@ def run(args) -> int:
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
-__all__ = ["CONTIGUOUS_SHAPES", "MASKED_SHAPES", "measure_grouped", "grouped_bench", "grouped_bytes", "run"]
+__all__ = ["CONTIGUOUS_SHAPES", "MASKED_SHAPES", "GroupedProblem", "grouped_problem", "measure_grouped", "grouped_bench", "grouped_bytes", "run"]

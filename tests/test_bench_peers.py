@@ -1,0 +1,146 @@
+"""The same-run peer benchmark without a GPU: the DeepGEMM child process protocol (driven through a CPU stand-in
+tree with DeepGEMM's API), the interleaved timing order, the result rows and their summary."""
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gemm.testing import bench_peers, deepgemm_peer
+from gemm.testing.problems import random_problem, reference_gemm, reference_rows, Reference
+
+FAKE_TREE = Path(__file__).parent / "data" / "fake_deepgemm"
+
+
+def test_a_folder_without_deep_gemm_is_refused_by_name(tmp_path):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"--deepgemm .*deep_gemm/__init__.py"):
+        deepgemm_peer.parse_deepgemm(f"dg={tmp_path}")
+    tree = deepgemm_peer.parse_deepgemm(f"fake-dg={FAKE_TREE}")
+    assert tree.name == "fake-dg" and tree.path == FAKE_TREE.resolve()
+    assert deepgemm_peer.parse_deepgemm(str(FAKE_TREE)).name == "fake_deepgemm"  # no NAME=: the folder's name
+
+
+@pytest.fixture
+def fake_process(tmp_path):
+    pytest.importorskip("torch")
+    process = deepgemm_peer.DeepGemmProcess(deepgemm_peer.parse_deepgemm(f"fake={FAKE_TREE}"), device="cpu",
+                                            cache_root=tmp_path)
+    yield process
+    process.close()
+
+
+def test_a_deepgemm_child_gets_the_same_bytes_and_is_checked(fake_process, rng):
+    assert str(FAKE_TREE) in fake_process.version  # the child imported the tree it was given
+    a, sa, b, sb = random_problem(130, 256, 384, rng)  # ragged M
+    reference = reference_rows(a, sa, b, sb, rng)
+    fake_process.load("k", deepgemm_peer.dense_payload(a, sa, b, sb))
+    from gemm.testing.problems import check_rows
+    check = check_rows(*fake_process.check("k", reference.rows), reference)
+    assert check["correct"] and check["unwritten"] == 0 and check["diff"] < 1e-4, check
+    with pytest.raises(RuntimeError, match=r"fake: .*(CUDA|cuda|Torch not compiled)"):
+        fake_process.time("k")  # a CPU tree cannot be timed: the error names the tree and the process goes on
+    fake_process.drop("k")
+    with pytest.raises(RuntimeError, match="fake: KeyError"):
+        fake_process.check("k", reference.rows)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "masked"])
+def test_grouped_payloads_reach_deepgemm_in_its_layouts(fake_process, rng, layout):
+    groups, m, n, k = 2, 64, 128, 256
+    problems = [random_problem(m, n, k, rng) for _ in range(groups)]
+    a = np.stack([p[0] for p in problems])
+    sa = np.stack([np.asarray(p[1]) for p in problems])
+    b = np.stack([p[2] for p in problems])
+    sb = np.stack([p[3] for p in problems])
+    if layout == "contiguous":
+        a, sa, layout_array = a.reshape(groups * m, k), sa.reshape(groups * m, -1), np.repeat(np.arange(groups), m)
+    else:
+        layout_array = np.full(groups, m)
+    payload = deepgemm_peer.grouped_payload(layout, a, sa, b, sb, layout_array, expected_m=m)
+    fake_process.load(layout, payload)
+    rows = np.array([0, 5, m - 1, m, m + 7, 2 * m - 1])
+    values = np.concatenate([reference_gemm(*problems[g][:2], *problems[g][2:])[rows[rows // m == g] % m]
+                             for g in range(groups)])
+    from gemm.testing.problems import check_rows
+    check = check_rows(*fake_process.check(layout, rows), Reference(rows, values, sampled=True))
+    assert check["correct"], check
+
+
+def test_a_wrong_peer_is_caught_and_a_broken_tree_is_named(tmp_path, rng, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("FAKE_DEEPGEMM_WRONG", "1")
+    with deepgemm_peer.DeepGemmProcess(deepgemm_peer.parse_deepgemm(f"wrong={FAKE_TREE}"), device="cpu",
+                                       cache_root=tmp_path) as process:
+        a, sa, b, sb = random_problem(64, 128, 256, rng)
+        reference = reference_rows(a, sa, b, sb, rng)
+        row = {"M": 64, "N": 128, "K": 256}
+        bench_peers.run_contenders(row, [("wrong", lambda: bench_peers._remote(process, 1, deepgemm_peer.dense_payload(
+            a, sa, b, sb), reference))], 1, 1, rounds=2)
+        assert "wrong output" in row["errors"]["wrong"] and "wrong" not in row["us"]
+    broken = tmp_path / "broken"
+    (broken / "deep_gemm").mkdir(parents=True)
+    (broken / "deep_gemm" / "__init__.py").write_text("raise ImportError('no CUDA here')\n")
+    with pytest.raises(RuntimeError, match=r"broken: importing deep_gemm failed: ImportError: no CUDA here"):
+        deepgemm_peer.DeepGemmProcess(deepgemm_peer.parse_deepgemm(f"broken={broken}"), device="cpu",
+                                      cache_root=tmp_path)
+
+
+def _contender(name, times, log, correct=True):
+    values = iter(times)
+
+    def timed():
+        log.append(name)
+        return {"median_us": next(values)}
+    return name, lambda: bench_peers.Contender(name, lambda: {"correct": correct, "diff": 1e-6, "unwritten": 0},
+                                               timed)
+
+
+def test_contenders_are_timed_in_a_palindrome_and_the_best_kept():
+    log = []
+    row = bench_peers.run_contenders(
+        {"M": 4096, "N": 4096, "K": 7168},
+        [_contender("ours", [100.0, 90.0], log), _contender("cublas", [120.0, 130.0], log),
+         _contender("dg-a", [95.0, 99.0], log), _contender("dg-b", [110.0, 80.0], log)],
+        flop_count=2 * 4096 * 4096 * 7168, byte_count=10 ** 9, rounds=2)
+    assert log == ["ours", "cublas", "dg-a", "dg-b", "dg-b", "dg-a", "cublas", "ours"]
+    assert row["us"] == {"ours": 90.0, "cublas": 120.0, "dg-a": 95.0, "dg-b": 80.0}
+    assert row["tflops"]["ours"] == pytest.approx(2 * 4096 * 4096 * 7168 / 90e-6 / 1e12)
+    assert row["gbs"]["ours"] == pytest.approx(1e9 / 90e-6 / 1e9)
+    assert row["ours_vs_best_deepgemm"] == pytest.approx(80 / 90) and row["ours_vs_cublas"] == pytest.approx(120 / 90)
+    assert row["status"] == "ok" and "errors" not in row
+
+
+def test_a_failing_contender_is_a_row_field_and_ours_failing_is_the_status():
+    log = []
+
+    def broken():
+        raise RuntimeError("no such kernel")
+    row = bench_peers.run_contenders({"M": 1, "N": 7168, "K": 2048},
+                                     [_contender("ours", [5.0, 5.0], log, correct=False), ("dg", broken),
+                                      _contender("cublas", [6.0, 6.0], log)], 1, 1, rounds=2)
+    assert row["status"] == "WRONG" and "wrong output" in row["errors"]["ours"]
+    assert "no such kernel" in row["errors"]["dg"] and list(row["us"]) == ["cublas"]
+
+
+def test_summary_table_and_chart(tmp_path):
+    rows = [{"M": 64, "N": 2112, "K": 7168, "tflops": {"ours": 183, "cublas": 90, "dg": 171}, "gbs": {"ours": 1498},
+             "diff": {"ours": 1e-6}, "ours_vs_best_deepgemm": 183 / 171, "ours_vs_cublas": 183 / 90, "status": "ok"},
+            {"layout": "masked", "groups": 2, "M": 512, "N": 4096, "K": 7168, "tflops": {"ours": 1213, "dg": 1224},
+             "gbs": {"ours": 500}, "ours_vs_best_deepgemm": 1213 / 1224, "status": "ok"},
+            {"M": 128, "N": 2112, "K": 7168, "status": "failed", "errors": {"ours": "boom"}}]
+    summary = bench_peers.summarize(rows)
+    ratios = [183 / 171, 1213 / 1224]
+    assert summary["ours_vs_best_deepgemm"]["geomean"] == pytest.approx(math.sqrt(ratios[0] * ratios[1]))
+    assert summary["ours_vs_best_deepgemm"]["at_or_above"] == 1 and summary["ours_vs_cublas"]["shapes"] == 1
+    assert "geomean" in bench_peers.describe_summary(summary)
+    names = bench_peers.contender_names(rows)
+    assert names == ["ours", "cublas", "dg"]
+    from gemm.testing.records import format_table
+    text = format_table(bench_peers.columns(names), bench_peers.table_rows(rows, names))
+    assert "masked 2x512x4096x7168" in text and "1.07x" in text and "failed" in text
+    pytest.importorskip("matplotlib")
+    bench_peers.plot(rows, tmp_path / "bench.png", title="test")
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
