@@ -11,6 +11,8 @@ parallel processes that fill the same caches, so the timing children only load t
 
     python -m gemm.testing.deepgemm_peer serve FD     # the child (started by DeepGemmProcess)
     python -m gemm.testing.deepgemm_peer warm JOBS    # a warm-up child (started by warm)
+    PYTHONPATH=/tmp/peers/deepgemm-2504:. python -m gemm.testing.deepgemm_peer once M N K   # ncu's target:
+        # compile, then one more call (profile it with ncu --launch-skip 1 -k regex:fp8_gemm)
 """
 from __future__ import annotations
 
@@ -249,8 +251,9 @@ def serve(fd: int, device: str) -> int:
 
 
 # -------------------------------------------------------------------------------------------- warm-up
-def _warm_jobs(jobs: list[list]) -> int:
-    """Compile the kernels of ``jobs`` ([kind, G, M, N, K], G = 1 for dense) by calling each once on random data."""
+def _warm_jobs(jobs: list[list], calls: int = 1) -> int:
+    """Compile the kernels of ``jobs`` ([kind, G, M, N, K], G = 1 for dense) by calling each ``calls`` times on
+    random data."""
     import torch
     import deep_gemm
     failures = 0
@@ -265,13 +268,15 @@ def _warm_jobs(jobs: list[list]) -> int:
             sb = torch.ones((*b_shape[:-2], (n + 127) // 128, k // 128), device="cuda")
             out = torch.empty((*a_shape[:-1], n), dtype=torch.bfloat16, device="cuda")
             function = getattr(deep_gemm, API[kind])
-            if kind == "dense":
-                function((a, sa), (b, sb), out)
-            elif kind == "contiguous":
-                function((a, sa), (b, sb), out, torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(m))
-            else:
-                function((a, sa), (b, sb), out, torch.full((groups,), m, device="cuda", dtype=torch.int32), m)
-            torch.cuda.synchronize()
+            for _ in range(calls):
+                if kind == "dense":
+                    function((a, sa), (b, sb), out)
+                elif kind == "contiguous":
+                    function((a, sa), (b, sb), out,
+                             torch.arange(groups, device="cuda", dtype=torch.int32).repeat_interleave(m))
+                else:
+                    function((a, sa), (b, sb), out, torch.full((groups,), m, device="cuda", dtype=torch.int32), m)
+                torch.cuda.synchronize()
         except Exception as error:  # the timing child will meet (and report) the same failure
             print(f"warm {kind} {groups}x{m}x{n}x{k}: {type(error).__name__}: {error}", file=sys.stderr)
             failures += 1
@@ -310,6 +315,9 @@ def main(argv=None) -> int:
         return serve(int(argv[1]), argv[2])
     if argv[:1] == ["warm"]:
         return 1 if _warm_jobs(json.loads(argv[1])) else 0
+    if argv[:1] == ["once"]:
+        m, n, k = map(int, argv[1:4])
+        return 1 if _warm_jobs([["dense", 1, m, n, k]], calls=2) else 0
     print(__doc__, file=sys.stderr)
     return 2
 
