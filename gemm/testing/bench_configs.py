@@ -86,7 +86,8 @@ CONFIG_COLUMNS = [Column("name", "config name", align="left"), Column("config", 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("shapes", help='"M,N,K;M,N,K;..." or "bench" (the dense bench shapes: 18 DeepSeek, 8192^3, decode and prefill spots) or "deepseek" (the 18)')
+    parser.add_argument("shapes", help='"M,N,K;M,N,K;...", "bench" (the dense bench shapes: 18 DeepSeek, 8192^3, '
+                                       'decode and prefill spots) or "deepseek" (the 18)')
     parser.add_argument("configs", nargs="+", help='production[:field=value,...], e.g. "production:multicast=2"')
     parser.add_argument("--json", default=None, help="write the rows here")
 
