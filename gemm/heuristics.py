@@ -179,10 +179,14 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
     block_m, block_n = choose_blocks(m, n, device.sm_count, staged=n % 8 != 0, k=k, fits=fits)
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)
     persistent = ceil_div(m, block_m) * ceil_div(n, block_n) > device.sm_count
+    # Programmatic dependent launch: a call's prologue overlaps the previous call's tail. Back to back (50 calls in
+    # one graph, results/pdl_back_to_back.json) 1-11% faster per call at M <= 128 (one wave of one-CTA tiles); 3-4%
+    # slower at 256 x 7168 x 2048 (two runs) and 1-4% at the persistent 4096 x 4096 x 7168 (three): off there.
     config = KernelConfig(block_m=block_m, block_n=block_n, stages=2, producer="warpgroup", registers=REGISTERS,
                           persistent=persistent,
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
-                          epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate)
+                          epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate,
+                          pdl=m <= 128 and not persistent)
     stages = max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit)
     # Long K: D through a quarter of the tile, if that buys a ring stage. Measured on 256 x 128 tiles
     # (results/sweep_d_buffer.json): +8% at K = 16384, -1% at 7168, -5..-16% at K <= 2048, where the three waits

@@ -251,7 +251,7 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     grading_json = results / "grading.json"
     if grading_json.exists():
         blocks["grading_thresholds"] = grading_block(json.loads(grading_json.read_text()))
-    for sweep in (results / "ffma_pass.json", results / "multicast.json"):
+    for sweep in (results / "ffma_pass.json", results / "multicast.json", results / "pdl_back_to_back.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))
     rendered = {}

@@ -165,8 +165,11 @@ def _dims(value, what: str) -> tuple[int, int, int]:
     return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
 
 
-def launch_config(grid, block, *, shared_bytes: int = 0, cluster=None, stream=None):
-    """The driver's CUlaunchConfig: grid in blocks, block in threads, dynamic smem, cluster attribute, stream."""
+def launch_config(grid, block, *, shared_bytes: int = 0, cluster=None, stream=None, programmatic: bool = False):
+    """The driver's CUlaunchConfig: grid in blocks, block in threads, dynamic smem, cluster attribute, stream.
+    ``programmatic``: programmatic dependent launch (CUDA driver API, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
+    SERIALIZATION): this grid may start while the previous one on the stream finishes; the kernel itself must
+    ``griddepcontrol.wait`` before touching memory that grid writes (ptx.vocab.barriers.grid_dependency_wait)."""
     driver = devices.driver()
     grid, block = _dims(grid, "grid"), _dims(block, "block")
     config = driver.CUlaunchConfig()
@@ -174,6 +177,7 @@ def launch_config(grid, block, *, shared_bytes: int = 0, cluster=None, stream=No
     config.blockDimX, config.blockDimY, config.blockDimZ = block
     config.sharedMemBytes = int(shared_bytes)
     config.hStream = driver.CUstream(stream_handle(stream))
+    attributes = []
     if cluster is not None:
         cluster = _dims(cluster, "cluster")
         if any(g % c for g, c in zip(grid, cluster)):
@@ -181,8 +185,15 @@ def launch_config(grid, block, *, shared_bytes: int = 0, cluster=None, stream=No
         attribute = driver.CUlaunchAttribute()
         attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster
-        config.attrs = [attribute]
-        config.numAttrs = 1
+        attributes.append(attribute)
+    if programmatic:
+        attribute = driver.CUlaunchAttribute()
+        attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attribute.value.programmaticStreamSerializationAllowed = 1
+        attributes.append(attribute)
+    if attributes:
+        config.attrs = attributes
+        config.numAttrs = len(attributes)
     return config
 
 
@@ -240,19 +251,19 @@ class Kernel:
         return function
 
     def launch(self, grid, block, args, *, shared_bytes: int = 0, cluster=None, stream=None,
-               device: int | None = None) -> None:
+               device: int | None = None, programmatic: bool = False) -> None:
         """Launch on ``device`` (default: the calling thread's current device), on ``stream`` (of that device)."""
         driver = devices.driver()
         device = current_device() if device is None else device
         handle = stream_handle(stream)
-        key = (device, _hashable(grid), _hashable(block), int(shared_bytes), _hashable(cluster), handle)
+        key = (device, _hashable(grid), _hashable(block), int(shared_bytes), _hashable(cluster), handle, programmatic)
         config = self._configs.get(key)
         if config is None:
             check_stream_device(handle, device)
             if len(self._configs) > 256:  # a long-running process with ever new shapes or streams
                 self._configs.clear()
             config = self._configs[key] = launch_config(grid, block, shared_bytes=shared_bytes, cluster=cluster,
-                                                        stream=handle)
+                                                        stream=handle, programmatic=programmatic)
         storage = None
         if self._packer is not None:
             pointers = self._packer.pack(list(args))
@@ -266,15 +277,15 @@ class Kernel:
         del storage  # the driver has copied the parameter values by now
 
     def prepare(self, grid, block, args, *, shared_bytes: int = 0, cluster=None,
-                device: int | None = None) -> "PreparedLaunch":
+                device: int | None = None, programmatic: bool = False) -> "PreparedLaunch":
         """A launch on ``device`` with every argument fixed, to be issued on any of that device's streams: the
         serving hot path (see :class:`PreparedLaunch`)."""
         device = current_device() if device is None else device
         storage, pointers = pack_args(self.params, args)
         with activated(device) as context:
             function = self.function(device, int(shared_bytes))
-        return PreparedLaunch(self, function, storage, pointers, (grid, block, int(shared_bytes), cluster),
-                              device, context)
+        return PreparedLaunch(self, function, storage, pointers,
+                              (grid, block, int(shared_bytes), cluster, programmatic), device, context)
 
     def __repr__(self):
         return f"Kernel({self.name!r}, params={self.params})"
@@ -304,9 +315,9 @@ class PreparedLaunch:
         config = self._configs.get(stream)
         if config is None:
             check_stream_device(stream, self.device)
-            grid, block, shared_bytes, cluster = self._shape
+            grid, block, shared_bytes, cluster, programmatic = self._shape
             config = self._configs[stream] = launch_config(grid, block, shared_bytes=shared_bytes, cluster=cluster,
-                                                           stream=stream)
+                                                           stream=stream, programmatic=programmatic)
         if int(self._current()[1]) == self._context_id:
             result = self._launch(config, self._function, self._address, 0)
         else:  # the caller's thread has another device (or none) current: run in ours, then give it back

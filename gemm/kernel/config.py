@@ -74,6 +74,7 @@ class KernelConfig:
     out_dtype: str = "bf16"
     accumulate: bool = False
     d_buffer: tuple[int, int] | None = None
+    pdl: bool = False  # programmatic dependent launch: the prologue overlaps the previous kernel's tail
 
     def __post_init__(self):
         if self.block_m not in (64, 128, 256):
@@ -211,6 +212,8 @@ class KernelConfig:
         if self.out_dtype != "bf16" or self.accumulate:
             fields.append(f"{self.out_dtype} out" + (", D += A*B" if self.accumulate else ""))
         fields += [f"pass {name}" for name in self.post_passes]
+        if self.pdl:
+            fields.append("programmatic dependent launch")
         if self.grouped:
             fields.insert(0, f"m-grouped {self.gemm_type}")
         return ", ".join(fields)

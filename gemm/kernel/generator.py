@@ -94,6 +94,8 @@ class _Kernel:
             e(core.cluster_rank(self.rank), barriers.cluster_sync())
         else:
             e(core.bar_sync(0))
+        if c.pdl:  # the prologue above touched no global memory: from here on the previous grid must be done
+            e(barriers.grid_dependency_wait(), barriers.launch_dependents())
 
     def epilogue(self, math: MathWarpgroups):
         if self.config.epilogue == "tma":

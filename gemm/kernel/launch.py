@@ -127,14 +127,15 @@ def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
     blocks, shared_bytes, cluster = _launch_shape(config, args.m, args.n, args.k, sm_count, args.groups)
     kernel(config, args.n, args.k).launch(blocks, config.threads, kernel_arguments(config, args),
                                           shared_bytes=shared_bytes, cluster=cluster, stream=stream,
-                                          device=args.device)
+                                          device=args.device, programmatic=config.pdl)
 
 
 def prepare(config: KernelConfig, args, *, sm_count: int):
     """``launch`` with everything but the stream done: a ptx.runtime.PreparedLaunch for the host hot path."""
     blocks, shared_bytes, cluster = _launch_shape(config, args.m, args.n, args.k, sm_count, args.groups)
     return kernel(config, args.n, args.k).prepare(blocks, config.threads, kernel_arguments(config, args),
-                                                  shared_bytes=shared_bytes, cluster=cluster, device=args.device)
+                                                  shared_bytes=shared_bytes, cluster=cluster, device=args.device,
+                                                  programmatic=config.pdl)
 
 
 __all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "kernel_arguments", "grid", "launch", "prepare"]

@@ -202,3 +202,25 @@ def bench_kernel(launch: Callable[[int], None], *, flush_bytes: int = FLUSH_BYTE
         driver.cuGraphExecDestroy(flushes)
     return Timing(statistics.median(samples), min(samples), samples, pairs, statistics.median(flush_samples),
                   nodes_per_call)
+
+
+def bench_back_to_back(launch: Callable[[int], None], *, calls: int = 50, reps: int = 5,
+                       device: int | None = None) -> Timing:
+    """Time per call of ``calls`` launches back to back in one CUDA graph, no flush between them: what a chain of
+    small dependent GEMMs (a decode step's layers) sees, launch gaps and each kernel's ramp-up and tail included.
+    This is the measure for programmatic dependent launch, which overlaps one call's prologue with the previous
+    call's tail; operands stay in L2 after the first call, so it is not a bandwidth figure."""
+    driver = _driver()
+    stream = timing_stream(device)
+    launch(stream)
+    _check(driver.cuStreamSynchronize(stream))
+    counts: list = []
+    graph = _capture(stream, lambda: [launch(stream) for _ in range(calls)], counts)
+    try:
+        _elapsed_ms(stream, lambda: _check(driver.cuGraphLaunch(graph, stream)))  # upload, settle clocks
+        samples = [_elapsed_ms(stream, lambda: _check(driver.cuGraphLaunch(graph, stream))) * 1e3 / calls
+                   for _ in range(reps)]
+    finally:
+        driver.cuGraphExecDestroy(graph)
+    return Timing(statistics.median(samples), min(samples), samples, calls,
+                  nodes_per_call=counts[0] / calls if counts and counts[0] is not None else None)

@@ -157,6 +157,8 @@ class Warpgroup(AsyncProxy, CTA):
             self.bulk([parts[0], *parts[2:]], ops, mask, reduce=parts[parts.index("global") + 2])
         elif head in ("fence", "prefetch"):
             pass
+        elif head == "griddepcontrol":  # one grid at a time here: the previous one is always complete
+            pass
         elif head == "elect":  # elect.sync d|p, membermask: the lowest active lane of each warp is the leader
             dest, pred = ops[0].split("|")
             leader = np.zeros(self.n, bool)

@@ -89,8 +89,21 @@ def cluster_sync() -> str:
     return "barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;"
 
 
+# Programmatic dependent launch (PTX ISA, parallel synchronization instructions: griddepcontrol; sm_90). A grid launched with the
+# programmatic-serialization attribute may start while the previous grid on the stream is still running:
+# ``.wait`` blocks until that grid has completed and its memory operations are visible (a no-op without the
+# attribute), so it must come before this grid touches memory the previous one may read or write;
+# ``.launch_dependents`` lets the next grid start once every CTA of this one has issued it (or exited).
+def grid_dependency_wait() -> str:
+    return "griddepcontrol.wait;"
+
+
+def launch_dependents() -> str:
+    return "griddepcontrol.launch_dependents;"
+
+
 __all__ = [
-    "pipeline_slot", "producer_wait_parity", "advance", "mbarrier_init", "fence_mbarrier_init",
+    "grid_dependency_wait", "launch_dependents", "pipeline_slot", "producer_wait_parity", "advance", "mbarrier_init", "fence_mbarrier_init",
     "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_wait_parity", "mbarrier_arrive_cluster",
     "fence_proxy_async", "cluster_sync",
 ]
