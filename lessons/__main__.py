@@ -27,7 +27,7 @@ from lessons import results_store
 COMMANDS = {
     "ladder": "check and time every GEMM stage against cuBLAS, with each stage's speed of light (without a GPU: "
               "simulate, compile, and table the committed GPU run)",
-    "inspect": "PTX excerpt, registers, spills, shared memory and SASS opcodes of any stage 0-10 (no GPU needed)",
+    "inspect": "PTX excerpt, registers, spills, shared memory and SASS opcodes of any stage 0-11 (no GPU needed)",
     "diff": "config, PTX and SASS difference between two PTX stages (no GPU needed)",
     "ablate": "time a stage with each of its bundled ideas turned off (GPU)",
     "grade": "grade a course exercise's solution: correctness on fresh (and secret) seeds, technique, performance "
@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
                         "in a checkout, the user results folder in an installed package: lessons.results_store)")
     ladder.add_argument("--sim-shape", type=_shape, default=(32, 48, 256),
                         help="M,N,K for the simulator run when there is no GPU (default 32,48,256)")
-    inspect.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
+    inspect.add_argument("stage", type=_stage_number, help=f"0-{max(lessons.STAGES)}: {_stage_names()}")
     diff.add_argument("before", type=_stage_number)
     diff.add_argument("after", type=_stage_number)
     from lessons.ablate import stages_with_ablations
@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
                         + ", ".join(f"{n:02d}" for n in stages_with_ablations()))
     ablate.add_argument("--out", type=Path, default=None, help="folder for ablation_NN.json (default: as ladder's)")
     from lessons.grading.command import add_arguments as add_grade_arguments
-    grade.add_argument("stage", type=_stage_number, help=f"0-10: {_stage_names()}")
+    grade.add_argument("stage", type=_stage_number, help=f"0-{max(lessons.STAGES)}: {_stage_names()}")
     add_grade_arguments(grade)
     _add_calibrate(commands)
     _add_docs(commands)

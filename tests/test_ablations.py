@@ -229,7 +229,9 @@ def test_render_docs_fills_the_ablation_blocks_and_docstrings(tmp_path):
     docstring = rendered[stages / "04_mma_sync.py"]
     paragraph = docstring.split("Ablations measured:")[1].split("\n\n")[0]
     assert "1,200 TFLOP/s" in " ".join(paragraph.split()) and "without ldmatrix 0.67x" in " ".join(paragraph.split())
-    assert "Measured: 308 TFLOP/s" in docstring  # the ladder's paragraph is not this one's business
+    measured = next(line for line in (ROOT / "lessons" / "04_mma_sync.py").read_text().splitlines()
+                    if line.startswith("Measured:"))
+    assert measured in docstring  # the ladder's paragraph is not this one's business
 
 
 # ------------------------------------------------------------------------------ GPU: the variants on the hardware

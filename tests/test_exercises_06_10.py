@@ -1,4 +1,4 @@
-"""Exercises 06-10 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+"""Exercises 06-11 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
 correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
 cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
 import dataclasses
@@ -13,7 +13,7 @@ from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
 from ptx.emulate import EmulationError
 
-STAGES = (6, 7, 8, 9, 10)
+STAGES = (6, 7, 8, 9, 10, 11)
 
 
 def load(path):
@@ -153,6 +153,50 @@ def test_10_other_rules_are_caught():
         ex.build(outside).sass()
 
 
+def test_11_waves_64_rows_apart_leave_a_slab_uncomputed(rng):
+    """Offset 64 * wave: warpgroup 0's second wave redoes warpgroup 1's first (rows 64-127 twice) and rows 192-255
+    are never computed. The TMA store still copies the whole shared D tile out, so those rows of D hold what the
+    tile held there (not NaN): rows 0-191 come out right, rows 192.. wrong, and the grader's correctness fails."""
+    import lessons
+    ex = exercise(11)
+    m, n, k = ex.shapes_cpu[0]
+    assert m > 192 and lessons.stage(11).config(m, n, k).block_m == 256  # the last wave's slab has rows of D
+    wrong = SimpleNamespace(wave_offset=lambda wave, warpgroups: 64 * wave)
+    problem = random_problem(m, n, k, rng)
+    d, want = ex.build(wrong).run_cpu(*problem), reference_gemm(*problem)
+    assert calc_diff(d[:192], want[:192]) < 1e-3  # the rows some wave computed
+    assert np.isnan(d[192:]).any() or calc_diff(d[192:], want[192:]) > 1e-2, "an uncomputed slab went unnoticed"
+    assert calc_diff(d, want) > 1e-3
+    from lessons.grading.technique import exercise_checks
+    (rule,) = exercise_checks(ex, wrong)
+    assert rule["category"] == "technique" and not rule["passed"]
+    assert "wave_offset(1, warpgroups=2) = 64" in rule["detail"] and "128" in rule["detail"], rule["detail"]
+
+
+def test_11_offsets_no_tile_holds_are_refused(rng):
+    ex = exercise(11)
+    for bad in (lambda wave, wgs: 32 * wave, lambda wave, wgs: 256 * wave, lambda wave, wgs: -128 * wave,
+                lambda wave, wgs: 128.0 * wave):
+        with pytest.raises(ValueError, match="wave_offset"):
+            ex.build(SimpleNamespace(wave_offset=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+def test_11_tile_rows_is_the_kernels_default():
+    """tile_rows (what the figure draws) and MathWarpgroups.wave_row (what the kernel emits) agree, and the 64-row
+    slices tile the block exactly once."""
+    from gemm.kernel.math_warpgroups import MathWarpgroups, tile_rows
+    from ptx.builder import KernelBuilder
+    assert tile_rows(256) == [(0, 0, 0), (1, 0, 64), (0, 1, 128), (1, 1, 192)]
+    for block_m in (64, 128, 256):
+        kb = KernelBuilder("k", [("u64", "out")])
+        math = MathWarpgroups(kb, block_m, 128, kb.reg("u32", "tid"))
+        rows = tile_rows(block_m)
+        assert sorted(first for _, _, first in rows) == list(range(0, block_m, 64))
+        for group, wave, first in rows:
+            assert first == 64 * group + math.wave_row(wave)
+            assert math.wave_row(wave) == exercise(11).reference().wave_offset(wave, math.warpgroups)
+
+
 # -- the seams change nothing by default --------------------------------------------------------------------
 def test_seams_are_byte_identical_by_default():
     """Seams are an argument, part of the cache key: the generator's own answers give its own PTX, a table gives
@@ -169,6 +213,11 @@ def test_seams_are_byte_identical_by_default():
         assert generate(config, n, k, own) == default
         assert generate(config, n, k, Seams(tile_coords=tile_coords, rows=m)) != default  # a table instead
         assert generate(config, n, k) == default == generate(config, n, k, NO_SEAMS)
+    config = lessons.stage(11).config(m, n, k)  # 256-row tiles: the wave offsets are a seam too
+    default = generate(config, n, k)
+    assert generate(config, n, k, Seams(wave_offset=lambda wave, warpgroups: 64 * warpgroups * wave)) == default
+    assert generate(config, n, k, Seams(wave_offset=lambda wave, warpgroups: 64 * wave)) != default
+    assert generate(config, n, k) == default == generate(config, n, k, NO_SEAMS)
     six = lessons.stage(6)
     plan = six.Plan(4096, 4096, 7168)
     own = (lambda i, s: (i % s, i // s % 2), lambda i, s: i // s % 2 ^ 1)

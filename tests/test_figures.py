@@ -420,6 +420,23 @@ def test_ffma_bits_read_the_pass_flags():
     assert (bits["reuse_after"] == (bits["reuse_before"] & ~bits["changed"])).all()
 
 
+# ------------------------------------------------------------------------------ stage 11: tall tiles
+@pytest.mark.parametrize("block_m", [64, 128, 256])
+def test_tall_tile_slices_cover_the_tile_once_as_the_kernel_offsets_them(block_m):
+    """Every row of the tile in exactly one (warpgroup, wave) slice; wave w of all warpgroups one contiguous slab;
+    and the slices start where MathWarpgroups.wave_row (the emitted offsets) puts them."""
+    from gemm.kernel.math_warpgroups import MathWarpgroups, tile_rows
+    from ptx.builder import KernelBuilder
+    data = figures.tall_tile_map(block_m)
+    assert (data["count"] == 1).all()
+    for wave in set(data["wave"].tolist()):
+        rows = np.flatnonzero(data["wave"] == wave)
+        assert (np.diff(rows) == 1).all() and len(rows) == 64 * len(set(data["warpgroup"].tolist()))
+    kb = KernelBuilder("k", [("u64", "out")])
+    math = MathWarpgroups(kb, block_m, 128, kb.reg("u32", "tid"))
+    assert all(first == 64 * group + math.wave_row(wave) for group, wave, first in tile_rows(block_m))
+
+
 # ------------------------------------------------------------------------------ the figures themselves
 def _build(name):
     if name == "10_ffma_yield_bits":

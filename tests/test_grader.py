@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from gemm.testing.timer import Timing
+import lessons
 from lessons import results_store
 from lessons.grading import correctness, grader, judge, performance, plan, rubric, source_scan, technique
 from lessons.ladder import speed_of_light
@@ -464,11 +465,11 @@ def test_gpu_without_a_hopper_is_a_clear_error(tmp_path, capsys, monkeypatch):
 
 def test_the_committed_thresholds_file(tmp_path):
     data = json.loads((ROOT / "results" / "grading.json").read_text())
-    assert set(data["stages"]) == {f"{n:02d}" for n in range(11)}
+    assert set(data["stages"]) == {f"{n:02d}" for n in lessons.STAGES}
     for entry in data["stages"].values():
         assert {"perf_threshold", "measured"} <= set(entry)
     thresholds = plan.read_thresholds()
-    assert set(thresholds) == set(range(11))
+    assert set(thresholds) == set(lessons.STAGES)
     other = tmp_path / "grading.json"
     other.write_text(json.dumps({"stages": {"01": {"perf_threshold": 0.25}}}))
     assert plan.stage_threshold(1, 0.5, other) == 0.25  # the file wins over the exercise's own value

@@ -262,7 +262,8 @@ def test_eight_processes_on_one_cold_cache_agree(tmp_path):
     results = [json.loads(line) for line in run_together(CPU_WORKER, cache_dir, tmp_path / "ready",
                                                          json.dumps(shapes), str(SMALL_MAX_M))]
     images = results[0]["images"]
-    assert len(images) == 4
+    from gemm.prebuild import kernels_for, target_device
+    assert len(images) == len(kernels_for([tuple(s) for s in shapes], SMALL_MAX_M, target_device(132))) >= 4
     assert all(result["images"] == images for result in results)
     assert sum(result["compiled"] for result in results) >= len(images)  # each kernel was assembled somewhere
     assert check_cache_files(cache_dir) == len(images)

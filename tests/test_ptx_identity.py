@@ -40,7 +40,7 @@ def _cases() -> dict[str, callable]:
         cfg = choose_grouped_config(kind, m * groups if kind == "contiguous" else m, n, k, groups, H100)
         cases[f"{kind} G={groups} {m}x{n}x{k}"] = (lambda c=cfg, n=n, k=k: generate(c, n, k))
     cases["stage 0"] = lambda: lessons.stage(0).generate()
-    for number in range(4, 11):
+    for number in range(4, max(lessons.STAGES) + 1):
         for m, n, k in STAGE_SHAPES:
             cases[f"stage {number} {m}x{n}x{k}"] = (lambda s=number, m=m, n=n, k=k: lessons.stage(s).generate(m, n, k))
     return cases

@@ -113,7 +113,7 @@ class TmaEpilogue:
         """Shared address of this lane's two FP32 totals of 8-column group ``group``, rows +8 for ``half``."""
         e, r = self.b.emit, self.b.reg
         atom, col = divmod(group * 8 % self.buffer_cols, self.atom_cols)
-        row0 = wave * self.math.wave_rows % self.buffer_rows + 8 * half  # multiples of 8: the same swizzle phase
+        row0 = self.math.wave_row(wave) % self.buffer_rows + 8 * half  # multiples of 8: the same swizzle phase
         offset = (atom * self.buffer_rows + row0) * self.row_bytes
         address = r("u32")
         if self.row_bytes == 128:
@@ -134,10 +134,11 @@ class TmaEpilogue:
 
     def _address(self, group: int, wave: int) -> str:
         """Shared address this lane gives stmatrix for the column-group pair starting at ``group`` (even) of
-        wave ``wave`` (its rows lie wave_rows further down; a multiple of 8, so the swizzle phase is the same)."""
+        wave ``wave`` (its rows lie ``math.wave_row(wave)`` further down; a multiple of 8, so the swizzle phase is the
+        same)."""
         e, r = self.b.emit, self.b.reg
         atom, chunk = divmod(group * 8 % self.buffer_cols, self.atom_cols)
-        atom_offset = (atom * self.buffer_rows + wave * self.math.wave_rows % self.buffer_rows) * 2 * self.atom_cols
+        atom_offset = (atom * self.buffer_rows + self.math.wave_row(wave) % self.buffer_rows) * 2 * self.atom_cols
         address = r("u32")
         if self.atom_cols == 64:
             e(f"xor.b32 {address}, {self.lane_chunk}, {chunk // 8};", f"shl.b32 {address}, {address}, 4;",

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from gemm.kernel.seams import NO_SEAMS, Seams
+
 from ptx.builder import KernelBuilder
 from ptx.vocab import core
 from ptx.vocab import wgmma as w
@@ -47,6 +49,24 @@ def store_vector_elements(n: int) -> int:
     return 8 if n % 8 == 0 else (2 if n % 2 == 0 else 1)
 
 
+def math_warpgroup_count(block_m: int) -> int:
+    """Math warpgroups of a ``block_m``-row tile: one per 64 rows, at most two (a taller tile gives them waves)."""
+    return min(block_m // WARPGROUP_ROWS, 2)
+
+
+def tile_rows(block_m: int) -> list[tuple[int, int, int]]:
+    """(warpgroup, wave, first row) of every 64-row slice of a ``block_m``-row tile, in row order: warpgroup g's
+    wave w starts at row 64 g + 64 * warpgroups * w, so wave w of all the warpgroups is one contiguous slab (the
+    256-row tile: warpgroup 0 owns rows 0-63 and 128-191, warpgroup 1 rows 64-127 and 192-255). The emitted
+    addresses (:meth:`MathWarpgroups.wave_row`) and the figures use it."""
+    warpgroups = math_warpgroup_count(block_m)
+    if block_m <= 0 or block_m % (WARPGROUP_ROWS * warpgroups):
+        raise ValueError(f"block_m={block_m}: 64, or a multiple of 128 (two math warpgroups, whole waves)")
+    waves = block_m // (WARPGROUP_ROWS * warpgroups)
+    return sorted(((g, wave, WARPGROUP_ROWS * g + WARPGROUP_ROWS * warpgroups * wave)
+                   for g in range(warpgroups) for wave in range(waves)), key=lambda slice_: slice_[2])
+
+
 def store_slots(block_n: int, vec: int, lane: int, it: int) -> tuple[int, int]:
     """(row within the warp's 16, column) that ``lane`` copies out in pass ``it`` of the epilogue."""
     per_row = block_n // vec
@@ -55,15 +75,16 @@ def store_slots(block_n: int, vec: int, lane: int, it: int) -> tuple[int, int]:
 
 
 class MathWarpgroups:
-    """Emits the consumer side of a (block_m x block_n) tile into ``b``; ``tid`` is %tid.x in a register."""
+    """Emits the consumer side of a (block_m x block_n) tile into ``b``; ``tid`` is %tid.x in a register.
+    ``seams``: a caller's ``wave_offset`` in place of :meth:`wave_row`'s rule (:mod:`gemm.kernel.seams`)."""
 
-    def __init__(self, b: KernelBuilder, block_m: int, block_n: int, tid: str):
+    def __init__(self, b: KernelBuilder, block_m: int, block_n: int, tid: str, seams: Seams = NO_SEAMS):
         if block_m % WARPGROUP_ROWS or block_n % 8 or not 8 <= block_n <= 256:
             raise ValueError(f"block {block_m}x{block_n}: M must be a multiple of 64, N of 8 up to 256")
-        self.b, self.block_m, self.block_n, self.tid = b, block_m, block_n, tid
+        self.b, self.block_m, self.block_n, self.tid, self.seams = b, block_m, block_n, tid, seams
         # at most two math warpgroups; a taller block gives each of them several 64-row *waves* (DeepGEMM's
         # 256-row block: warpgroup g owns rows 64g + 128w), which share the B tile and its scale
-        self.warpgroups = min(block_m // WARPGROUP_ROWS, 2)
+        self.warpgroups = math_warpgroup_count(block_m)
         self.waves = block_m // (WARPGROUP_ROWS * self.warpgroups)
         self.wave_rows = WARPGROUP_ROWS * self.warpgroups
         self.threads = 128 * self.warpgroups
@@ -85,6 +106,20 @@ class MathWarpgroups:
         e(f"setp.ne.u32 {self.fresh}, {tid}, {tid};", f"setp.eq.u32 {self.accumulate}, {tid}, {tid};")
         self.constant_desc = w.descriptor_constant_part()
 
+    def wave_row(self, wave: int) -> int:
+        """Rows from a warpgroup's wave 0 to its wave ``wave`` (the same for every warpgroup): ``wave * wave_rows``,
+        so wave w of all the warpgroups is one contiguous slab (:func:`tile_rows`), or the seam ``wave_offset``'s
+        answer (:mod:`gemm.kernel.seams`), checked: a multiple of 64 in [0, block_m). Every emitted address of a
+        wave (its A rows and A scales, its rows of D and of the staging/TMA tile) adds this."""
+        offset = self.seams.wave_offset
+        if offset is None:
+            return wave * self.wave_rows
+        rows = offset(wave, self.warpgroups)
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows % WARPGROUP_ROWS or not 0 <= rows < self.block_m:
+            raise ValueError(f"wave_offset({wave}, {self.warpgroups}) = {rows!r}: must be an int, a multiple of "
+                             f"{WARPGROUP_ROWS}, at least 0 and below block_m={self.block_m}")
+        return rows
+
     def zero_totals(self) -> None:
         self.b.emit(*(f"mov.f32 {x}, 0f00000000;" for total in self.totals for x in total))
 
@@ -102,13 +137,13 @@ class MathWarpgroups:
         for wave, total in enumerate(self.totals):
             a_addr, a_desc = r("u32"), r("u64", "adesc")
             e(f"add.u32 {a_addr}, {a_tile}, {self.wg_a_offset};",
-              *([f"add.u32 {a_addr}, {a_addr}, {wave * self.wave_rows * A_ROW_BYTES};"] if wave else []),
+              *([f"add.u32 {a_addr}, {a_addr}, {self.wave_row(wave) * A_ROW_BYTES};"] if self.wave_row(wave) else []),
               w.wgmma_descriptor(a_desc, a_addr, scratch, self.constant_desc))
             # this K group's activation scales of the thread's two rows, read before the tensor cores start
             sa_addr, sa_lo, sa_hi = r("u32"), r("f32", "sa"), r("f32", "sa")
             e(f"shl.b32 {sa_addr}, {self.row}, 2;", f"add.u32 {sa_addr}, {sa_addr}, {sa_tile};",
-              f"ld.shared.f32 {sa_lo}, [{sa_addr}+{4 * wave * self.wave_rows}];",
-              f"ld.shared.f32 {sa_hi}, [{sa_addr}+{4 * wave * self.wave_rows + 32}];")
+              f"ld.shared.f32 {sa_lo}, [{sa_addr}+{4 * self.wave_row(wave)}];",
+              f"ld.shared.f32 {sa_hi}, [{sa_addr}+{4 * self.wave_row(wave) + 32}];")
             e(w.wgmma_fence())  # the accumulators were last touched by the FFMAs of the previous wave or block
             for step in range(K_STEPS):
                 a_k, b_k = a_desc, b_desc
@@ -145,10 +180,11 @@ class MathWarpgroups:
         pitch = staging_pitch(self.block_n)
         total = self.totals[wave]
         warp_base, t, write = r("u32", "stg"), r("u32"), r("u32", "stg_w")
-        if wave:  # the wave's rows sit wave_rows further down, in D and in the staging tile
+        rows = self.wave_row(wave)
+        if rows:  # the wave's rows sit wave_row(wave) further down, in D and in the staging tile
             wave_m0, wave_staging = r("u32", "m0w"), r("u32", "stgw")
-            e(f"add.u32 {wave_m0}, {m0}, {wave * self.wave_rows};",
-              f"add.u32 {wave_staging}, {staging}, {wave * self.wave_rows * pitch};")
+            e(f"add.u32 {wave_m0}, {m0}, {rows};",
+              f"add.u32 {wave_staging}, {staging}, {rows * pitch};")
             m0, staging = wave_m0, wave_staging
         e(f"mul.lo.u32 {warp_base}, {self.warp}, {16 * pitch};", f"add.u32 {warp_base}, {warp_base}, {staging};",
           f"shr.u32 {t}, {self.lane}, 2;", f"mul.lo.u32 {write}, {t}, {pitch};",
@@ -205,5 +241,6 @@ class MathWarpgroups:
             e(f"{guard}st.global.{kind[0]} [{ptr}+{2 * (row_off * n + col_off)}], {operand};")
 
 
-__all__ = ["MathWarpgroups", "staging_pitch", "staging_bytes", "store_vector_elements", "store_slots",
+__all__ = ["MathWarpgroups", "tile_rows", "math_warpgroup_count", "staging_pitch", "staging_bytes",
+           "store_vector_elements", "store_slots",
            "BLOCK_K", "K_STEPS", "WARPGROUP_ROWS"]

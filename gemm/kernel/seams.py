@@ -7,7 +7,10 @@ The generator makes a few decisions a course exercise asks a student to make ins
 * ``tile_coords(tile, m_blocks, n_blocks, raster_group) -> (m_block, n_block)`` with ``rows`` (the M the kernel
   will run at): the tile map, emitted as a table (:meth:`gemm.kernel.tile_scheduler.TileScheduler._coords`);
 * ``empty_arrivals(multicast, math_warps) -> count``: the empty barrier's arrival count (``_Kernel.setup``);
-* ``ffma_rule(run) -> FFMAs``: the rule of the FFMA interleave cubin pass (:func:`gemm.kernel.launch.cubin`).
+* ``ffma_rule(run) -> FFMAs``: the rule of the FFMA interleave cubin pass (:func:`gemm.kernel.launch.cubin`);
+* ``wave_offset(wave, warpgroups) -> rows``: how far below its wave 0 a math warpgroup's wave ``wave`` starts in a
+  tile taller than the math warpgroups' 64-row slices
+  (:meth:`gemm.kernel.math_warpgroups.MathWarpgroups.wave_row`).
 
 A :class:`Seams` value is passed down ``generate(config, n, k, seams)``, ``cubin``, ``kernel`` and
 ``gemm.testing.emulated.run_gemm``, and is part of each of their cache keys (functions hash by identity), so a kernel built
@@ -27,6 +30,7 @@ class Seams:
     rows: int | None = None  # the M the tile_coords table is made for (M is otherwise a run-time value)
     empty_arrivals: Callable | None = None
     ffma_rule: Callable | None = None
+    wave_offset: Callable | None = None
 
 
 NO_SEAMS = Seams()

@@ -22,6 +22,7 @@ figure                         drawn from
 08_tile_raster                 ``schedule`` / ``tile_coords`` (gemm.kernel.tile_scheduler)
 09_cluster_multicast           ``schedule`` + the pair rule of ``TileScheduler.pair_flags``
 10_ffma_yield_bits             stage 09 / 10 cubins, ``is_yield``, ``reuse_b``, ``ffma_runs`` (ptx.passes)
+11_tall_tile_waves             ``tile_rows`` (gemm.kernel.math_warpgroups: what ``MathWarpgroups.wave_row`` adds)
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -44,6 +45,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
   :func:`replay`, the timelines);
 * :mod:`lessons.figures.tile_schedules`: stages 08-09 and MoE, the persistent raster, cluster pairs, grouped walks;
 * :mod:`lessons.figures.sass_bits`: stage 10, the FFMA yield and reuse bits before and after the pass;
+* :mod:`lessons.figures.tall_tiles`: stage 11, the 256-row tile's rows by math warpgroup and wave;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -57,6 +59,7 @@ from lessons.figures.ring_timelines import (Event, RingTrace, Timing, producer_c
                                             ring_input, ring_schedule, stage06_trace, stage07_trace,
                                             tma_ring_timeline, trace_barriers)
 from lessons.figures.sass_bits import DECODE_SHAPE, ffma_bits, ffma_listings, ffma_yield_bits
+from lessons.figures.tall_tiles import tall_tile_map, tall_tile_waves
 from lessons.figures.tensor_core_layouts import (accumulator_map, descriptor_example, fragment_owner,
                                                  ldmatrix_roles, ldmatrix_swizzle, mma_fragment_maps, mma_fragments,
                                                  stage04_swizzle, sw128_atom, sw128_layout, wgmma_accumulator,
@@ -78,6 +81,7 @@ FIGURES = {
     "08_tile_raster": tile_raster,
     "09_cluster_multicast": cluster_multicast,
     "10_ffma_yield_bits": ffma_yield_bits,
+    "11_tall_tile_waves": tall_tile_waves,
     "moe_grouped_layouts": moe_layouts,
 }
 
@@ -86,5 +90,5 @@ __all__ = ["FIGURES", "LADDER_SHAPE", "DECODE_SHAPE", "MOE_EXAMPLE", "Event", "R
            "thread_output_map", "smem_banks", "staging_lanes", "micro_tile_map", "fragment_owner",
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
-           "moe_walk_map",
+           "moe_walk_map", "tall_tile_map",
            *(function.__name__ for function in FIGURES.values())]

@@ -113,7 +113,8 @@ def stage_list(text: str) -> list[int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stages", type=stage_list, default=list(range(11)), help='e.g. "4-10" (default 0-10)')
+    parser.add_argument("--stages", type=stage_list, default=sorted(lessons.STAGES),
+                        help='e.g. "4-10" (default: every stage)')
     parser.add_argument("--seeds", type=int, default=1, help="public seeds per GPU shape (default 1)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per stage (default 300)")
     parser.add_argument("--from-reports", action="store_true", help="no GPU: recompute grading.json from the "
