@@ -165,8 +165,11 @@ def test_11_waves_64_rows_apart_leave_a_slab_uncomputed(rng):
     problem = random_problem(m, n, k, rng)
     d, want = ex.build(wrong).run_cpu(*problem), reference_gemm(*problem)
     assert calc_diff(d[:192], want[:192]) < 1e-3  # the rows some wave computed
-    assert np.isnan(d[192:]).any() or calc_diff(d[192:], want[192:]) > 1e-2, "an uncomputed slab went unnoticed"
-    assert calc_diff(d, want) > 1e-3
+    # every row of the uncomputed slab is wrong (NaN, zeros or another tile's values), whatever its magnitude; the
+    # whole-D calc_diff is not asserted: a seed whose slab rows are all small can keep it under the bar
+    rows = slice(192, min(m, 256))
+    error = np.abs(np.nan_to_num(d[rows], nan=np.inf) - want[rows]).max(axis=1) / np.abs(want[rows]).max(axis=1)
+    assert (error > 0.5).all(), "an uncomputed slab went unnoticed"
     from lessons.grading.technique import exercise_checks
     (rule,) = exercise_checks(ex, wrong)
     assert rule["category"] == "technique" and not rule["passed"]

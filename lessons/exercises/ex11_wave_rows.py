@@ -35,9 +35,9 @@ QUESTIONS = (
     ("Predict: which rows of the 256-row tile do warpgroup 1's two waves compute?",
      "check with gemm.kernel.math_warpgroups.tile_rows(256), or `python -m lessons figures` (the tall-tile figure)"),
     ("Predict: if both waves of a warpgroup sit 64 rows apart (offset 64 * wave), what does D look like?",
-     "check with the emulator (`EXERCISE.build(...).run_cpu(...)` at M = 200): rows 64-127 computed twice, rows "
+     "check with the emulator (`EXERCISE.build(...).run_cpu(...)` at M = 250): rows 64-127 computed twice, rows "
      "192-255 never, and the TMA store copies out what the shared D tile held there (zeros or a previous tile's "
-     "rows, not NaN): D rows 192-199 are wrong, rows 0-191 right"),
+     "rows, not NaN): D rows 192-249 are wrong, rows 0-191 right"),
     ("Predict: how many FP32 registers does a math thread keep for a 256 x 128 tile (partial sum + totals)?",
      "check: 64 accumulators + 2 x 64 totals = 192 of the 232 setmaxnreg gives (`python -m lessons inspect 11`, "
      "the resource line: no spills)"),
@@ -92,9 +92,10 @@ EXERCISE = Exercise(
     reference=reference,
     build=build,
     required_sass=("UTMASTG", "UTMALDG", "USETMAXREG", "QGMMA"),
-    # 256 x 64 tiles, two waves per warpgroup: M = 200 ends inside the last wave's slab (rows 192-199), M = 300 a
-    # second tile row that only warpgroup 0's first wave reaches; ragged N; the ring (2 stages) wraps
-    shapes_cpu=((200, 136, 384), (300, 200, 384)),
+    # 256 x 64 tiles, two waves per warpgroup: M = 250 ends inside the last wave's slab (rows 192-249: enough rows
+    # that a misplaced wave shows in the whole-D diff), M = 300 a second tile row that only warpgroup 0's first wave
+    # reaches; ragged N; the ring (2 stages) wraps
+    shapes_cpu=((250, 136, 384), (300, 200, 384)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
     extra={"checks": (wave_rows,)},

@@ -22,7 +22,7 @@ Grade it: ``python -m lessons grade 11 path/to/this_file.py``.
 # 1. Which rows of the 256-row tile do warpgroup 1's two waves compute?
 #    Check with gemm.kernel.math_warpgroups.tile_rows(256), or `python -m lessons figures` (the tall-tile figure).
 # 2. If both waves of a warpgroup sit 64 rows apart (offset 64 * wave), what does D look like?
-#    Check with the emulator (`EXERCISE.build(this_module).run_cpu(...)` at M = 200): rows 64-127 are computed
+#    Check with the emulator (`EXERCISE.build(this_module).run_cpu(...)` at M = 250): rows 64-127 are computed
 #    twice, rows 192-255 never, and the TMA store copies out what the shared D tile held there (not NaN).
 # 3. How many FP32 registers does a math thread keep for a 256 x 128 tile (partial sum + totals)?
 #    Check: 64 accumulators + 2 x 64 totals = 192 of the 232 setmaxnreg gives (`python -m lessons inspect 11`).
