@@ -91,10 +91,11 @@ pass every test today and fail under a different schedule; the emulator turns ea
 """
 
 
-def _break_setup(number: int) -> str:
-    m, n, k = SHAPES[number]
-    sm = SM_COUNT.get(number, 3)
-    launch = f", sm_count={sm}" if number >= 7 else ""
+def break_setup(shape: tuple[int, int, int], sm_count: int | None) -> str:
+    """The code cell the break cells need: a fixed problem at ``shape``, ``break_it(edit)`` and ``show_wrong(out)``;
+    ``sm_count``: CTAs standing in for SMs (the generator's persistent grid), None for the hand-written stages."""
+    m, n, k = shape
+    launch = f", sm_count={sm_count}" if sm_count is not None else ""
     return f'''\
 import numpy as np
 
@@ -227,7 +228,8 @@ def break_it_cells(number: int) -> list[dict]:
     else:
         breaks, note = [PARITY, FENCE_TMA_STORE, EARLY_READ, SWIZZLE_DESCRIPTOR], None
     readers = "the `ldmatrix` reads" if number == 4 else "the tensor core's reads"
-    cells = [markdown(BREAK_INTRO + ("\n" + note if note else "")), code(_break_setup(number))]
+    sm_count = SM_COUNT.get(number, 3) if number >= 7 else None
+    cells = [markdown(BREAK_INTRO + ("\n" + note if note else "")), code(break_setup(SHAPES[number], sm_count))]
     for text, source in breaks:
         cells += [markdown(text.replace("{readers}", readers)), code(source)]
     if number in (6, 7):
@@ -235,4 +237,4 @@ def break_it_cells(number: int) -> list[dict]:
     return cells
 
 
-__all__ = ["emulator_cells", "break_it_cells", "PTX_STAGES", "SHAPES"]
+__all__ = ["emulator_cells", "break_it_cells", "break_setup", "PTX_STAGES", "SHAPES"]

@@ -3,7 +3,7 @@ result read from the committed ladder run."""
 from __future__ import annotations
 
 from lessons.notebooks.cells import ptx_notebook
-from lessons.notebooks.emulator import BREAK_INTRO, EARLY_READ, PARITY
+from lessons.notebooks.emulator import BREAK_INTRO, EARLY_READ, PARITY, break_setup
 from lessons.notebooks.generator_stages import (CHECK_NOTE_GENERATED, config_cells, emitter_cells,
                                                 opcode_table_cells)
 from lessons.notebooks.ipynb import code, markdown
@@ -280,35 +280,7 @@ assert np.isfinite(out).all() and diff < 1e-3, "the emulated kernel disagrees wi
 ]
 
 
-BREAK_SETUP = f'''\
-import re
-
-import numpy as np
-
-from gemm.fp8 import calc_diff
-from gemm.testing.problems import random_problem, reference_gemm
-from ptx.emulate import breaks, run_stage
-
-m, n, k = {EMULATOR_SHAPE!r}
-problem = random_problem(m, n, k, np.random.default_rng(1))
-reference = reference_gemm(*problem)
-
-
-def break_it(edit):
-    """Run this stage's kernel with ``edit`` applied to its PTX; print the report (the edit, then the outcome)."""
-    out, report = run_stage(stage, *problem, edit=edit, sm_count={EMULATOR_SMS})
-    print(report)
-    return out, report
-
-
-def show_wrong(out):
-    """How far a completed run is from the reference, and a corner of both."""
-    diff = calc_diff(out, reference)
-    wrong = ~np.isclose(out, reference, rtol=1e-2, atol=1e-2 * np.abs(reference).max())
-    print(f"diff = {{diff:.2f}} (a correct kernel: ~1e-6); {{wrong.mean():.0%}} of the elements are wrong")
-    with np.printoptions(precision=2, suppress=True, linewidth=120):
-        print("emulated D[:3, :6]:\\n", out[:3, :6], "\\nreference[:3, :6]:\\n", reference[:3, :6])
-    return diff'''
+BREAK_SETUP = break_setup(EMULATOR_SHAPE, EMULATOR_SMS)
 
 
 WAVE_OFFSET = ("""\
@@ -320,6 +292,9 @@ everything else, its activation scales, its totals, where its epilogue stores, s
 Every address stays inside the tile and every barrier is kept, so the run completes, and the rows of the
 second wave are wrong: row 128 + r of each tile gets row r's products with row 128 + r's scales. The rows of the
 first wave are right. That split is the signature to look for.""", '''\
+import re
+
+
 def drop_wave_offset(ptx):
     """Delete the 128-row offset of the second wave's A tile address (the add right after the warpgroup's)."""
     edited, count = re.subn(r"(add\\.u32 (%\\w+), %a_tile\\w*, %wg_a\\w*;\\n)\\s*add\\.u32 \\2, \\2, 16384;\\n",
