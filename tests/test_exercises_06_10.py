@@ -184,6 +184,31 @@ def test_11_offsets_no_tile_holds_are_refused(rng):
             ex.build(SimpleNamespace(wave_offset=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
 
 
+class _Sneaky(int):
+    """An int whose arithmetic and text are its own: what a seam's answer must not be allowed to carry into PTX."""
+    def __mul__(self, other):
+        return "0; trap"
+
+    def __str__(self):
+        return "0; trap"
+
+    __format__ = lambda self, spec: "0; trap"  # noqa: E731
+
+
+def test_seam_answers_must_be_plain_ints():
+    from gemm.kernel import generate
+    from gemm.kernel.seams import Seams
+    import lessons
+    config = lessons.stage(11).config(250, 136, 384)
+    with pytest.raises(ValueError, match="wave_offset"):
+        generate(config, 136, 384, Seams(wave_offset=lambda wave, wgs: _Sneaky(128 * wave)))
+    sneaky_pair = lambda t, m_blocks, n_blocks, group: (_Sneaky(t // n_blocks), t % n_blocks)  # noqa: E731
+    with pytest.raises(ValueError, match="tile_coords"):
+        generate(lessons.stage(8).config(250, 136, 384), 136, 384, Seams(tile_coords=sneaky_pair, rows=250))
+    with pytest.raises(ValueError, match="empty_arrivals"):
+        generate(config, 136, 384, Seams(empty_arrivals=lambda multicast, warps: _Sneaky(multicast * warps)))
+
+
 def test_11_tile_rows_is_the_kernels_default():
     """tile_rows (what the figure draws) and MathWarpgroups.wave_row (what the kernel emits) agree, and the 64-row
     slices tile the block exactly once."""

@@ -274,13 +274,13 @@ class _Kernel:
 
 
 def _arrival_count(count) -> int:
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count < 2**20:
+    if type(count) is not int or not 1 <= count < 2**20:  # exactly int: a subclass could format as PTX
         raise ValueError(f"empty_arrivals must be an int in 1..2^20-1 (an mbarrier's arrival count), got {count!r}")
     return count
 
 
 def _producer_index(index, math_wgs: int) -> int:
-    if isinstance(index, bool) or not isinstance(index, int) or index not in (0, math_wgs):
+    if type(index) is not int or index not in (0, math_wgs):
         raise ValueError(f"producer_warpgroup must be 0 (first) or {math_wgs} (last, after the {math_wgs} math "
                          f"warpgroups): the math warpgroups must be consecutive; got {index!r}")
     return index

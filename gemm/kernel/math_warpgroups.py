@@ -115,7 +115,8 @@ class MathWarpgroups:
         if offset is None:
             return wave * self.wave_rows
         rows = offset(wave, self.warpgroups)
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows % WARPGROUP_ROWS or not 0 <= rows < self.block_m:
+        # exactly int: a subclass's arithmetic or formatting could put its own text into the PTX
+        if type(rows) is not int or rows % WARPGROUP_ROWS or not 0 <= rows < self.block_m:
             raise ValueError(f"wave_offset({wave}, {self.warpgroups}) = {rows!r}: must be an int, a multiple of "
                              f"{WARPGROUP_ROWS}, at least 0 and below block_m={self.block_m}")
         return rows

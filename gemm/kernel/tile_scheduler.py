@@ -151,8 +151,8 @@ class TileScheduler:
         values = []
         for t in range(m_blocks * self.n_blocks):
             coords = function(t, m_blocks, self.n_blocks, c.raster_group)
-            if (not isinstance(coords, tuple) or len(coords) != 2
-                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**16 for x in coords)):
+            if (type(coords) is not tuple or len(coords) != 2  # exactly: a subclass could index unlike it iterates
+                    or not all(type(x) is int and 0 <= x < 2**16 for x in coords)):
                 raise ValueError(f"tile_coords({t}, {m_blocks}, {self.n_blocks}, {c.raster_group}) must be a pair "
                                  f"of ints in 0..65535 (m_block, n_block), got {coords!r}")
             values.append(coords[0] << 16 | coords[1])
