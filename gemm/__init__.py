@@ -4,7 +4,8 @@
     fp8_gemm_nt((a, sa), (b, sb), out)
 
 The MoE grouped GEMMs (``m_grouped_fp8_gemm_nt_contiguous``, ``m_grouped_fp8_gemm_nt_masked``) live in
-:mod:`gemm.grouped`.
+:mod:`gemm.grouped`, the weight-gradient GEMMs of training (``fp8_wgrad_gemm_nt``, ``k_grouped_fp8_wgrad_gemm_nt``)
+in :mod:`gemm.wgrad`.
 Every GEMM type takes one call path, :mod:`gemm.dispatch` (arguments -> config -> prepared launch). The kernel
 generator lives in :mod:`gemm.kernel` (config, emitters, ``generate``, launch), its heuristics in
 :mod:`gemm.heuristics`. Host-side FP8 basics live in :mod:`gemm.fp8`, argument checks in :mod:`gemm.validate`.
@@ -16,6 +17,7 @@ from .api import ScaleLayoutWarning, fp8_gemm_nt, get_mn_major_tma_aligned_tenso
 from .deepgemm_api import (  # noqa: F401  (DeepGEMM's names: docs/deepgemm.md)
     get_col_major_tma_aligned_tensor, get_num_sms, get_tma_aligned_size, gemm_fp8_fp8_bf16_nt, set_num_sms,
     m_grouped_gemm_fp8_fp8_bf16_nt_contiguous, m_grouped_gemm_fp8_fp8_bf16_nt_masked,
+    k_grouped_wgrad_gemm_fp8_fp8_fp32_nt, wgrad_gemm_fp8_fp8_fp32_nt,
 )
 from .grouped import (  # noqa: F401  (MoE grouped GEMMs)
     get_m_alignment_for_contiguous_layout, m_grouped_fp8_gemm_nt_contiguous, m_grouped_fp8_gemm_nt_masked,
@@ -23,8 +25,10 @@ from .grouped import (  # noqa: F401  (MoE grouped GEMMs)
 )
 from .fp8 import (  # noqa: F401
     AMAX_FLOOR, BF16, E4M3, E4M3_MAX, GROUP, calc_diff, ceil_to_ue8m0, ceil_div, e4m3_decode, e4m3_encode,
-    per_block_cast_to_fp8, per_token_cast_to_fp8, sa_to_mn_major,
+    k_grouped_transpose_cast_to_fp8, per_block_cast_to_fp8, per_token_cast_to_fp8, sa_to_mn_major,
+    transpose_cast_to_fp8,
 )
+from .wgrad import fp8_wgrad_gemm_nt, k_grouped_fp8_wgrad_gemm_nt  # noqa: F401  (training: weight gradients)
 from .prebuild import prebuild  # noqa: F401  (python -m gemm prebuild)
 from ptx.driver import check_driver as _check_driver
 

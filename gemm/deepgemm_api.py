@@ -12,6 +12,7 @@ from gemm.api import fp8_gemm_nt, get_mn_major_tma_aligned_tensor
 from gemm.grouped import (get_m_alignment_for_contiguous_layout, m_grouped_fp8_gemm_nt_contiguous,
                           m_grouped_fp8_gemm_nt_masked, masked_sa_to_mn_major)
 from gemm.heuristics import get_num_sms, set_num_sms
+from gemm.wgrad import fp8_wgrad_gemm_nt, k_grouped_fp8_wgrad_gemm_nt
 
 TMA_ALIGNMENT_BYTES = 16  # TMA wants every row stride a multiple of 16 bytes
 
@@ -49,6 +50,18 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs, rhs, out, masked_m, expected_m, *
     m_grouped_fp8_gemm_nt_masked(lhs, rhs, out, masked_m, expected_m, stream=stream)
 
 
-__all__ = ["gemm_fp8_fp8_bf16_nt", "get_tma_aligned_size", "get_col_major_tma_aligned_tensor", "set_num_sms",
+def wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, *, stream=None) -> None:
+    """DeepGEMM 2507's name of :func:`gemm.fp8_wgrad_gemm_nt`: out += (a*sa)(b*sb)^T, 1x128 scales on both, FP32
+    out accumulated in place (the weight gradient)."""
+    fp8_wgrad_gemm_nt(lhs, rhs, out, stream=stream)
+
+
+def k_grouped_wgrad_gemm_fp8_fp8_fp32_nt(lhs, rhs, out, batch_sizes, *, stream=None) -> None:
+    """DeepGEMM 2507's name of :func:`gemm.k_grouped_fp8_wgrad_gemm_nt`: one weight gradient per group (expert),
+    groups along K (each expert's tokens, ``batch_sizes``), in DeepGEMM's flat layout."""
+    k_grouped_fp8_wgrad_gemm_nt(lhs, rhs, out, batch_sizes, stream=stream)
+
+
+__all__ = ["gemm_fp8_fp8_bf16_nt", "wgrad_gemm_fp8_fp8_fp32_nt", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt", "get_tma_aligned_size", "get_col_major_tma_aligned_tensor", "set_num_sms",
            "get_num_sms", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
            "get_m_alignment_for_contiguous_layout"]

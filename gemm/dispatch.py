@@ -24,7 +24,7 @@ import warnings
 
 from gemm import heuristics
 from gemm.fp8 import align
-from gemm.heuristics import choose_config, choose_grouped_config, device_facts
+from gemm.heuristics import choose_config, choose_grouped_config, choose_wgrad_config, device_facts
 from gemm.kernel import launch as kernel_launch
 from gemm.kernel.config import KernelConfig
 from gemm.validate import BF16_DTYPES, F32, check_gemm_args
@@ -47,7 +47,11 @@ def _warn_row_major_sa_once(gemm_type: str) -> None:
     if gemm_type in _warned_row_major_sa:
         return
     _warned_row_major_sa.add(gemm_type)
-    if gemm_type == "normal":
+    if gemm_type == "wgrad":
+        text = ("wgrad GEMM: sa or sb is not stored M-/N-major; it is converted to the kernel's layout on the device "
+                "at every call (an extra copy kernel). Cast with gemm.transpose_cast_to_fp8(x, mn_major=True) or "
+                "convert once with gemm.get_mn_major_tma_aligned_tensor(scales) to avoid it.")
+    elif gemm_type == "normal":
         text = ("fp8_gemm_nt: sa is row-major (M, K/128); it is converted to the kernel's M-major, TMA-aligned layout "
                 "on the device at every call (an extra copy kernel). Cast with gemm.per_token_cast_to_fp8(x, "
                 "mn_major=True) or convert once with gemm.get_mn_major_tma_aligned_tensor(sa) to avoid it.")
@@ -68,12 +72,18 @@ def _caller_level() -> int:
 
 
 def _scales_in_kernel_layout(args, stream):
-    """A row-major torch sa (what a plain cast gives) -> a converted copy on the launch's stream."""
+    """A row-major torch sa (what a plain cast gives), and a 1x128 sb in any layout, -> converted copies on the
+    launch's stream."""
     from gemm.torch_interop import sa_to_m_major
-    _warn_row_major_sa_once(args.gemm_type)
-    view = as_device_view(sa_to_m_major(args.sa.obj, stream))
-    pitch = align(args.m, 4) if args.gemm_type == "masked" else None
-    return dataclasses.replace(args, sa=view, sa_layout="m_major", sa_pitch=pitch)
+    if args.sa_layout != "m_major":
+        _warn_row_major_sa_once("wgrad" if args.b_scales == "1x128" else args.gemm_type)
+        view = as_device_view(sa_to_m_major(args.sa.obj, stream))
+        pitch = align(args.m, 4) if args.gemm_type == "masked" else None
+        args = dataclasses.replace(args, sa=view, sa_layout="m_major", sa_pitch=pitch)
+    if args.b_scales == "1x128" and args.sb_layout != "m_major":
+        _warn_row_major_sa_once("wgrad")
+        args = dataclasses.replace(args, sb=as_device_view(sa_to_m_major(args.sb.obj, stream)), sb_layout="m_major")
+    return args
 
 
 def _seed_d_with_c(args, stream) -> None:
@@ -97,10 +107,15 @@ def choose(args, config=None, heuristic_m: int | None = None) -> KernelConfig:
         config = config(m, args.n, args.k)
     out_dtype = "f32" if args.d.dtype == F32 else "bf16"
     facts = device_facts(args.device)
-    if config is None and args.gemm_type == "normal":
+    if config is None and args.b_scales == "1x128":
+        config = choose_wgrad_config(m, args.n, args.k, facts)
+    elif config is None and args.gemm_type == "normal":
         config = choose_config(m, args.n, args.k, facts, out_dtype=out_dtype, accumulate=args.c is not None)
     elif config is None:
         config = choose_grouped_config(args.gemm_type, m, args.n, args.k, args.groups, facts)
+    if config.b_scales != args.b_scales:
+        raise ValueError(f"config {config.describe()} reads {config.b_scales} B scales, this call's sb is "
+                         f"{args.b_scales}")
     if config.gemm_type != args.gemm_type:
         raise ValueError(f"config {config.describe()} is for gemm_type={config.gemm_type!r}, this call is "
                          f"{args.gemm_type!r}")
@@ -115,7 +130,7 @@ def run(args, stream=None, config=None, *, heuristic_m: int | None = None, plan_
     """Run validated arguments (any gemm_type) on their device. ``plan_key``: the call's signature, under which its
     prepared launch is kept for the next call (None: launch without keeping anything)."""
     check_stream_of(stream, args.device)  # before any conversion or copy runs on it
-    if args.sa_layout == "row_major":
+    if args.sa_layout != "m_major" or (args.b_scales == "1x128" and args.sb_layout != "m_major"):
         args = _scales_in_kernel_layout(args, stream)
         plan_key = None  # the converted copy lives at a new address each call: nothing to reuse
     config = choose(args, config, heuristic_m)

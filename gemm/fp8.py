@@ -166,6 +166,49 @@ def per_token_cast_to_fp8(x, *, mn_major: bool = False, ue8m0: bool = False):
     return np.ascontiguousarray(q), (sa_to_mn_major(scale) if mn_major else scale)
 
 
+def transpose_cast_to_fp8(x, *, mn_major: bool = False, ue8m0: bool = False):
+    """(T, C) float, T the token axis -> ((C, T) e4m3, (C, ceil(T/128)) float32): x^T cast 1x128 along the tokens.
+
+    The weight-gradient GEMM (:func:`gemm.fp8_wgrad_gemm_nt`) reduces over tokens, so both of its operands are
+    the transposes of token-major tensors, scaled per 128 tokens: ``dW = dy^T x`` takes
+    ``transpose_cast_to_fp8(dy)`` as lhs and ``transpose_cast_to_fp8(x)`` as rhs. The e4m3 result is contiguous
+    (C, T); ``mn_major=True`` returns the scales in the kernel's C-major layout (no conversion at the call).
+    NumPy in, NumPy out; torch on its own device."""
+    if len(getattr(x, "shape", ())) != 2:
+        raise ValueError(f"transpose_cast_to_fp8: x must be 2-D (T, C), tokens first; got shape "
+                         f"{tuple(getattr(x, 'shape', ()))}")
+    transposed = x.t() if is_torch_tensor(x) else np.asarray(x, dtype=np.float32).T
+    return per_token_cast_to_fp8(transposed, mn_major=mn_major, ue8m0=ue8m0)
+
+
+def k_grouped_transpose_cast_to_fp8(x, k_sizes, *, ue8m0: bool = False):
+    """Token-stacked (sum T_g, C) float, the groups' tokens one after another (``k_sizes`` = T_g) -> DeepGEMM's
+    k-grouped wgrad operand: (flat e4m3 of each group's (C, T_g) block in turn, (sum ceil(T_g/128), C) float32
+    scales, each group's transposed, C-major). What :func:`gemm.k_grouped_fp8_wgrad_gemm_nt` takes as lhs or
+    rhs; empty groups contribute nothing. NumPy in, NumPy out; torch on its own device."""
+    sizes = [int(t) for t in k_sizes]
+    if len(getattr(x, "shape", ())) != 2 or int(x.shape[0]) != sum(sizes) or min(sizes, default=0) < 0:
+        raise ValueError(f"k_grouped_transpose_cast_to_fp8: x must be (sum(k_sizes), C) = ({sum(sizes)}, C) with "
+                         f"k_sizes >= 0, got shape {tuple(getattr(x, 'shape', ()))} and k_sizes {sizes}")
+    columns = int(x.shape[1])
+    blocks, scales, start = [], [], 0
+    for tokens in sizes:
+        if tokens:
+            q, scale = transpose_cast_to_fp8(x[start:start + tokens], ue8m0=ue8m0)
+            blocks.append(q.reshape(-1))
+            scales.append(scale.t() if is_torch_tensor(scale) else scale.T)
+        start += tokens
+    if is_torch_tensor(x):
+        import torch
+        if not blocks:
+            return (torch.empty(0, dtype=torch.float8_e4m3fn, device=x.device),
+                    torch.empty((0, columns), dtype=torch.float32, device=x.device))
+        return torch.cat(blocks), torch.cat(scales).contiguous()
+    if not blocks:
+        return np.empty(0, E4M3), np.empty((0, columns), np.float32)
+    return np.concatenate(blocks), np.ascontiguousarray(np.concatenate(scales), np.float32)
+
+
 def per_block_cast_to_fp8(x, *, ue8m0: bool = False):
     """(N, K) float -> ((N, K) e4m3, (ceil(N/128), ceil(K/128)) float32 scales), one per 128x128 block.
 
@@ -203,13 +246,35 @@ def dequantize_per_block(q, scale) -> np.ndarray:
 
 
 def calc_diff(x, y) -> float:
-    """DeepGEMM's similarity measure: 1 - 2*sum(x*y) / sum(x*x + y*y); 0 for identical, NaN-poisoned -> nan."""
+    """DeepGEMM's similarity measure: 1 - 2*sum(x*y) / sum(x*x + y*y); 0 for identical, NaN-poisoned -> nan.
+
+    Computed in float64: with NumPy for arrays; with torch when either argument is a torch tensor, on that tensor's
+    device (a CUDA tensor is not copied to the host, the other argument is brought to its device)."""
+    if is_torch_tensor(x) or is_torch_tensor(y):
+        return _calc_diff_torch(x, y)
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     denominator = (x * x + y * y).sum()
     if denominator == 0:
         return 0.0 if np.array_equal(x, y) else 1.0
     return float(1.0 - 2.0 * (x * y).sum() / denominator)
+
+
+def _calc_diff_torch(x, y) -> float:
+    """calc_diff in torch, float64, on the device of the first torch tensor among (x, y); one host sync."""
+    import torch
+    device = (x if is_torch_tensor(x) else y).device
+
+    def float64_on_device(v):
+        if is_torch_tensor(v):
+            return v.to(device=device, dtype=torch.float64)
+        return torch.from_numpy(np.asarray(v, dtype=np.float64)).to(device)
+
+    x, y = float64_on_device(x), float64_on_device(y)
+    denominator, cross = torch.stack([(x * x + y * y).sum(), (x * y).sum()]).tolist()
+    if denominator == 0:
+        return 0.0 if torch.equal(x, y) else 1.0
+    return 1.0 - 2.0 * cross / denominator
 
 
 def sa_to_mn_major(sa: np.ndarray) -> np.ndarray:
@@ -227,6 +292,7 @@ def sa_to_mn_major(sa: np.ndarray) -> np.ndarray:
 
 __all__ = [
     "E4M3", "BF16", "E4M3_MAX", "GROUP", "AMAX_FLOOR", "ceil_div", "align", "e4m3_encode", "e4m3_decode",
-    "bf16_to_float", "ceil_to_ue8m0", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "dequantize_per_token",
+    "bf16_to_float", "ceil_to_ue8m0", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "transpose_cast_to_fp8",
+    "k_grouped_transpose_cast_to_fp8", "dequantize_per_token",
     "dequantize_per_block", "calc_diff", "sa_to_mn_major",
 ]

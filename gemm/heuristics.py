@@ -204,6 +204,40 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
     return config
 
 
+# -- the weight-gradient GEMM (gemm.wgrad) ----------------------------------------------------------------
+
+def choose_wgrad_config(m: int, n: int, k: int, device: DeviceFacts | None = None) -> KernelConfig:
+    """The config of a weight-gradient GEMM (1x128 scales on both operands, FP32 D += A*B^T, :mod:`gemm.wgrad`)
+    on ``device``: the dense cost model's block shape among those whose column scales fit the math threads'
+    registers (:attr:`KernelConfig.math_registers_needed`: 256 x 128 does not, 128 x 128 does), as many stages as
+    fit, persistent past one wave. ``k`` (tokens) only weighs the model: the kernel takes K at run time, so one
+    kernel per (config, N) serves every K."""
+    return _choose_wgrad_config(m, n, max(k, 128), device or device_facts(), post_passes())
+
+
+@functools.lru_cache(maxsize=1024)
+def _choose_wgrad_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[str, ...]) -> KernelConfig:
+    def trial(block_m: int, block_n: int, stages: int = 2) -> KernelConfig:
+        return KernelConfig(block_m=block_m, block_n=block_n, stages=stages, producer="warpgroup",
+                            registers=REGISTERS, epilogue="tma", out_dtype="f32", accumulate=True, b_scales="1x128")
+
+    def fits(block_m: int, block_n: int) -> bool:
+        try:
+            config = trial(block_m, block_n)
+        except ValueError:  # more registers than a math thread holds
+            return False
+        return max_stages(config, n, None, limit=3, budget=device.shared_limit) >= 3
+    block_m, block_n = choose_blocks(m, n, device.sm_count, k=k, fits=fits)
+    persistent = ceil_div(m, block_m) * ceil_div(n, block_n) > device.sm_count
+    config = trial(block_m, block_n).replace(
+        persistent=persistent, raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0)
+    config = config.replace(stages=max_stages(config, n, None, limit=MAX_STAGES, budget=device.shared_limit),
+                            post_passes=passes)
+    if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
+        print(f"wgrad M={m} N={n} K={k}: {config.describe()}")
+    return config
+
+
 # -- MoE grouped GEMMs (gemm.grouped) ----------------------------------------------------------------------
 # Block rows a grouped GEMM may use: contiguous tiles must not span two groups, so BLOCK_M divides the groups'
 # alignment (128). Masked ones may take 256 (the cost model counts the tiles per group, so a partial last block
@@ -253,6 +287,6 @@ def _choose_grouped_config(gemm_type: str, m: int, n: int, k: int, groups: int, 
     return config
 
 
-__all__ = ["choose_config", "choose_blocks", "choose_grouped_config", "GROUPED_BLOCK_M",
+__all__ = ["choose_config", "choose_blocks", "choose_grouped_config", "choose_wgrad_config", "GROUPED_BLOCK_M",
            "raster_group", "device_facts", "DeviceFacts", "H100", "set_num_sms",
            "get_num_sms"]

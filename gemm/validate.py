@@ -35,6 +35,17 @@ _MEANING = {  # what each argument is, and the helper that makes it
     "d": ("(M, N) BF16 or FP32 output", 'torch.empty((M, N), dtype=torch.bfloat16, device="cuda")'),
     "c": ("(M, N) FP32 addend: D = C + A*B", 'torch.zeros((M, N), dtype=torch.float32, device="cuda")'),
 }
+# the weight-gradient GEMM (1x128 scales on both operands, K = tokens): what its arguments are
+_WGRAD_MEANING = {
+    "a": ("(M, K) e4m3 FP8, K the token axis (e.g. the output gradient transposed)",
+          "gemm.transpose_cast_to_fp8(grad_output)"),
+    "sa": ("(M, ceil(K/128)) float32 scales: one per row per 128 tokens", "gemm.transpose_cast_to_fp8(grad_output)"),
+    "b": ("(N, K) e4m3 FP8, K the token axis (e.g. the layer input transposed)", "gemm.transpose_cast_to_fp8(x)"),
+    "sb": ("(N, ceil(K/128)) float32 scales: one per row per 128 tokens", "gemm.transpose_cast_to_fp8(x)"),
+    "d": ("(M, N) FP32 weight gradient, accumulated in place: D += A*B^T",
+          'torch.zeros((M, N), dtype=torch.float32, device="cuda")'),
+}
+WGRAD_K_MULTIPLE = 16  # K (tokens) only needs 16-byte rows for TMA: the last 128-token block is zero-filled
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,9 @@ class GemmArgs:
     groups: int = 1
     layout: DeviceView | None = None
     sa_pitch: int | None = None  # masked: floats between one group's K groups of sa (None: from sa's strides)
+    # "1x128": the weight-gradient GEMM: sb (N, Kb) per row of B, N-major like sa (sb_layout as sa_layout)
+    b_scales: str = "128x128"
+    sb_layout: str = "row_major"
 
     @property
     def sa_stride(self) -> int:
@@ -67,6 +81,13 @@ class GemmArgs:
         if self.sa_pitch is not None:
             return self.sa_pitch
         return self.sa.strides[1] if self.sa.shape[1] > 1 else align(self.m, 4)
+
+    @property
+    def sb_stride(self) -> int:
+        """1x128: elements between consecutive K groups of sb (the padded N)."""
+        if self.b_scales != "1x128" or self.sb_layout != "m_major":
+            raise ValueError("sb_stride: only 1x128 B scales stored N-major have one")
+        return self.sb.strides[1] if self.sb.shape[1] > 1 else align(self.n, 4)
 
     @property
     def device(self) -> int:
@@ -123,16 +144,16 @@ def check_devices(views: dict[str, DeviceView]) -> None:
             f"rank's GPU)")
 
 
-def _check_dtype(name: str, view: DeviceView, allowed, meaning: str) -> None:
+def _check_dtype(name: str, view: DeviceView, allowed, meaning: str, meanings=_MEANING) -> None:
     if view.dtype not in allowed:
         names = " or ".join(str(d) for d in allowed)
         raise TypeError(f"{name} must be {meaning} ({names}), got dtype {view.dtype}; "
-                        f"{_MEANING[name][1]} makes it")
+                        f"{meanings[name][1]} makes it")
 
 
-def _check_shape(name: str, view: DeviceView, expected: tuple[int, int]) -> None:
+def _check_shape(name: str, view: DeviceView, expected: tuple[int, int], meanings=_MEANING) -> None:
     if tuple(view.shape) != expected:
-        meaning, helper = _MEANING[name]
+        meaning, helper = meanings[name]
         raise ValueError(f"{name} must have shape {expected} ({meaning}), got {tuple(view.shape)}; "
                          f"{helper} makes it")
 
@@ -214,5 +235,63 @@ def check_gemm_args(a, sa, b, sb, d, c=None, *, k_multiple: int = GROUP, accept_
     return GemmArgs(m, n, k, va, vsa, vb, vsb, vd, vc, layout)
 
 
-__all__ = ["GemmArgs", "check_gemm_args", "check_devices", "device_view", "sa_layout", "SA_HELPERS", "FP8_DTYPES", "BF16_DTYPES", "F32",
+def check_wgrad_args(a, sa, b, sb, d, *, convert_scales: bool = False) -> GemmArgs:
+    """Validate the weight-gradient GEMM D += (a*sa)(b*sb)^T: a (M, K) and b (N, K) e4m3 with K the token axis,
+    sa (M, ceil(K/128)) and sb (N, ceil(K/128)) float32 (1x128 both), d (M, N) float32 accumulated in place.
+
+    K may be any multiple of 16 (TMA's 16-byte rows); 0 is the caller's (nothing to add). The scales must be stored
+    M-major / N-major with the stride padded to 4 floats (what ``transpose_cast_to_fp8(x, mn_major=True)``
+    writes); ``convert_scales``: let any other layout through (``sa_layout``/``sb_layout`` then say "row_major"
+    or "strided") for a caller that converts them on the device before launching, as torch callers get."""
+    named = dict(zip(NAMES, (a, sa, b, sb, d)))
+    views = {name: device_view(name, obj) for name, obj in named.items()}
+    check_devices(views)
+    va, vsa, vb, vsb, vd = (views[name] for name in NAMES)
+    for name, view in (("a", va), ("b", vb)):
+        _check_dtype(name, view, FP8_DTYPES, "e4m3 FP8", _WGRAD_MEANING)
+    for name, view in (("sa", vsa), ("sb", vsb)):
+        _check_dtype(name, view, (F32,), "float32 scales", _WGRAD_MEANING)
+    _check_dtype("d", vd, (F32,), "the FP32 weight gradient (D += A*B^T)", _WGRAD_MEANING)
+    for name, view in views.items():
+        if len(view.shape) != 2:
+            raise ValueError(f"{name} must be 2-D, {_WGRAD_MEANING[name][0]}, got shape {tuple(view.shape)}")
+    m, k = va.shape
+    n, k_b = vb.shape
+    if k_b != k:
+        raise ValueError(f"b must have shape (N, K) with the K (tokens) of a ({k}), got {tuple(vb.shape)}")
+    if min(m, n) <= 0 or k < 0:
+        raise ValueError(f"empty problem: M={m}, N={n}, K={k}")
+    if k % WGRAD_K_MULTIPLE:
+        raise ValueError(f"K={k} (tokens) must be a multiple of {WGRAD_K_MULTIPLE}: TMA reads a and b in rows of "
+                         "16-byte multiples; pad the token axis with zero rows (zeros add nothing to D)")
+    kb = ceil_div(k, GROUP)
+    _check_shape("sa", vsa, (m, kb), _WGRAD_MEANING)
+    _check_shape("sb", vsb, (n, kb), _WGRAD_MEANING)
+    _check_shape("d", vd, (m, n), _WGRAD_MEANING)
+    if n % 4:
+        raise ValueError(f"the FP32 d needs N % 4 == 0 (its rows are added by TMA in 16-byte units), got N={n}")
+    for name in ("a", "b", "d"):
+        _check_row_major(name, views[name])
+    layouts = {}
+    for name, view, rows in (("sa", vsa, m), ("sb", vsb, n)):
+        layout = sa_layout(view, rows, kb) or "strided"
+        if layout != "m_major" and not convert_scales:
+            axis = "M" if name == "sa" else "N"
+            raise ValueError(
+                f"{name} must be stored {axis}-major with the {axis} stride padded to a multiple of 4 floats "
+                f"(strides (1, {align(rows, 4)}) for shape {(rows, kb)}), got strides {tuple(view.strides)}; "
+                "cast with gemm.transpose_cast_to_fp8(x, mn_major=True) or convert with "
+                "gemm.get_mn_major_tma_aligned_tensor(scales) (torch tensors are converted on the device)")
+        layouts[name] = layout
+    for name, view in views.items():
+        if name in layouts and layouts[name] != "m_major":
+            continue  # converted into fresh (aligned) storage before any launch
+        if view.ptr % POINTER_ALIGNMENT:
+            raise ValueError(f"{name} must start at a {POINTER_ALIGNMENT}-byte aligned address (got 0x{view.ptr:x}); "
+                             "a k-grouped slice must start at a 16-byte boundary (M*K and N*K multiples of 16)")
+    # c is d: D += A*B^T in place (the TMA reduce-add), the FP32 accumulate path of every GEMM
+    return GemmArgs(m, n, k, va, vsa, vb, vsb, vd, vd, layouts["sa"], b_scales="1x128", sb_layout=layouts["sb"])
+
+
+__all__ = ["GemmArgs", "check_gemm_args", "check_wgrad_args", "WGRAD_K_MULTIPLE", "check_devices", "device_view", "sa_layout", "SA_HELPERS", "FP8_DTYPES", "BF16_DTYPES", "F32",
            "POINTER_ALIGNMENT"]

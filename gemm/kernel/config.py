@@ -35,6 +35,15 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
 
   Grouped kernels use the warpgroup producer and no multicast (a cluster pair would have to agree on its group
   per tile; not implemented, so ``multicast=2`` is refused).
+* ``b_scales``: the granularity of B's scales. ``"128x128"`` (the forward pass and dgrad: one scale per 128x128
+  block of the weight, sb is (ceil(N/128), K/128), read once per tile into shared memory) or ``"1x128"`` (the
+  weight-gradient GEMM, wgrad: B is an activation or gradient too, scaled per row and 128-wide K group like A, sb
+  is (N, K/128) stored N-major as sa is M-major). With 1x128 every output column has its own B scale per K block:
+  the producer loads the tile's BLOCK_N B scales with each stage (a fourth TMA copy), and the promotion multiplies
+  each accumulator by sa[row] * sb[column] (one FMUL + one FFMA per accumulator instead of one FFMA, and BLOCK_N/4
+  more registers per thread). K is wgrad's token axis, different at every step and, k-grouped, for every expert,
+  so a 1x128 kernel takes its K-block count as a parameter (``k_blocks``): one kernel per (config, N) serves
+  every K, and K need only be a multiple of 16 (TMA zero-fills the last block).
 """
 from __future__ import annotations
 
@@ -55,7 +64,11 @@ OUT_BYTES = {"bf16": 2, "f32": 4}  # bytes per element of D
 # with one yield every other FFMA (stage 10)
 POST_PASSES = {"ffma_deepgemm": "deepgemm", "ffma_every_other": "every_other"}
 GEMM_TYPES = ("normal", "contiguous", "masked")
+B_SCALES = ("128x128", "1x128")  # B's scale granularity: per 128x128 weight block, or per row and K group (wgrad)
 CONTIGUOUS_ALIGNMENT = 128  # rows: every group of an m-grouped contiguous A starts at a multiple of this
+# FP32 registers a math thread may spend on totals, accumulators and column scales: 256x128 forward tiles (192)
+# fit under setmaxnreg 232 with their addresses; 256x144 (216) did not
+MATH_REGISTER_BUDGET = 200
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,7 @@ class KernelConfig:
     accumulate: bool = False
     d_buffer: tuple[int, int] | None = None
     pdl: bool = False  # programmatic dependent launch: the prologue overlaps the previous kernel's tail
+    b_scales: str = "128x128"
 
     def __post_init__(self):
         if self.block_m not in (64, 128, 256):
@@ -105,9 +119,15 @@ class KernelConfig:
         if self.epilogue == "staged" and self.block_n & (self.block_n - 1):
             raise ValueError(f"the staged epilogue splits a row over a power-of-two number of lanes: block_n must "
                              f"be a power of two, got {self.block_n} (use epilogue='tma')")
-        if self.block_m == 256 and self.block_n > 128:
-            raise ValueError(f"256 x {self.block_n} tiles need 2 x {self.block_n // 2} + {self.block_n // 2} "
-                             "accumulator registers per thread: more than the 232 a math thread gets")
+        if self.b_scales not in B_SCALES:
+            raise ValueError(f"b_scales must be one of {B_SCALES}, got {self.b_scales!r}")
+        if self.math_registers_needed > MATH_REGISTER_BUDGET:
+            waves = self.block_m // (64 * self.math_warpgroups)
+            scales = f" + {self.block_n // 4} B scales" if self.b_scales == "1x128" else ""
+            raise ValueError(f"{self.block_m} x {self.block_n} tiles with {self.b_scales} B scales need "
+                             f"{waves} x {self.block_n // 2} totals + {self.block_n // 2} accumulators{scales} "
+                             f"= {self.math_registers_needed} registers per thread: more than the "
+                             f"{MATH_REGISTER_BUDGET} a math thread can hold beside its addresses")
         if self.raster_group < 0:
             raise ValueError(f"raster_group must be >= 0, got {self.raster_group}")
         if self.stages < 2:
@@ -152,6 +172,10 @@ class KernelConfig:
         if self.gemm_type == "contiguous" and CONTIGUOUS_ALIGNMENT % self.block_m:
             raise ValueError(f"gemm_type='contiguous': block_m must divide the groups' alignment "
                              f"({CONTIGUOUS_ALIGNMENT} rows), so that no tile spans two groups; got {self.block_m}")
+        if self.b_scales == "1x128" and (self.producer != "warpgroup" or self.grouped):
+            raise ValueError("b_scales='1x128' (wgrad) loads B's scales with each stage: it needs "
+                             "producer='warpgroup' and gemm_type='normal' (k-grouped wgrad runs one such kernel per "
+                             "group)")
         if self.gemm_type == "masked" and not self.persistent:
             raise ValueError("gemm_type='masked' walks the groups' tiles in a persistent loop (their count is only "
                              "known on the device): it needs persistent=True")
@@ -159,6 +183,18 @@ class KernelConfig:
     @property
     def grouped(self) -> bool:
         return self.gemm_type != "normal"
+
+    @property
+    def runtime_k(self) -> bool:
+        """K is a kernel parameter (1x128 B scales: wgrad's K is the token count), not a compile-time constant."""
+        return self.b_scales == "1x128"
+
+    @property
+    def math_registers_needed(self) -> int:
+        """Per-thread FP32 registers of the math loop: the totals of every wave, one wgmma accumulator set and,
+        with 1x128 B scales, the thread's BLOCK_N/4 column scales."""
+        waves = self.block_m // (64 * self.math_warpgroups)
+        return (waves + 1) * self.block_n // 2 + (self.block_n // 4 if self.b_scales == "1x128" else 0)
 
     @property
     def d_buffer_shape(self) -> tuple[int, int]:
@@ -214,6 +250,8 @@ class KernelConfig:
         fields += [f"pass {name}" for name in self.post_passes]
         if self.pdl:
             fields.append("programmatic dependent launch")
+        if self.b_scales != "128x128":
+            fields.append(f"{self.b_scales} B scales")
         if self.grouped:
             fields.insert(0, f"m-grouped {self.gemm_type}")
         return ", ".join(fields)
@@ -231,10 +269,13 @@ class SharedPlan:
     """Byte offsets of everything in dynamic shared memory (from the 1024-aligned base)."""
     config: KernelConfig
     n: int
-    k: int
+    k: int | None
 
     @property
     def kb(self) -> int:
+        """K blocks, a compile-time constant; a runtime-K config (``config.runtime_k``) has none (k is None)."""
+        if self.k is None:
+            raise ValueError(f"{self.config.describe()} takes K at run time: its plan has no K-block count")
         return self.k // BLOCK_K
 
     @property
@@ -250,9 +291,19 @@ class SharedPlan:
         return 4 * self.config.block_m
 
     @property
+    def sb_tile(self) -> int:
+        """Bytes of a stage's B scales (1x128: BLOCK_N floats; 128x128: none, they are read once per tile)."""
+        return 4 * self.config.block_n if self.config.b_scales == "1x128" else 0
+
+    @property
+    def sb_tile_pitch(self) -> int:
+        """Stage-to-stage distance of the B-scale tiles: a TMA destination must be 128-byte aligned."""
+        return -(-self.sb_tile // 128) * 128
+
+    @property
     def stage_bytes(self) -> int:
-        """What one stage's full barrier expects: the A and B tiles and A's scales."""
-        return self.a_tile + self.b_tile + self.sa_tile
+        """What one stage's full barrier expects: the A and B tiles, A's scales (and, 1x128, B's)."""
+        return self.a_tile + self.b_tile + self.sa_tile + self.sb_tile
 
     @property
     def b_region(self) -> int:
@@ -272,8 +323,13 @@ class SharedPlan:
         return c.block_m * staging_pitch(c.block_n) if c.persistent else 0
 
     @property
+    def sb_stage_region(self) -> int:
+        """The stages' B-scale tiles (1x128 only; empty otherwise), 128-byte aligned."""
+        return -(-(self.sa_region + self.config.stages * self.sa_tile) // 128) * 128
+
+    @property
     def d_region(self) -> int:
-        end = self.sa_region + self.config.stages * self.sa_tile
+        end = self.sb_stage_region + self.config.stages * self.sb_tile_pitch
         return -(-end // 1024) * 1024  # the swizzled D atoms need 1024-byte alignment
 
     @property
@@ -288,7 +344,9 @@ class SharedPlan:
     @property
     def sb_bytes(self) -> int:
         """The tile's B scales (one per K block and row), read once per tile by the warpgroup-producer kernels."""
-        return -(-4 * self.kb * self.sb_rows // 16) * 16 if self.config.producer == "warpgroup" else 0
+        if self.config.producer != "warpgroup" or self.config.b_scales == "1x128":
+            return 0
+        return -(-4 * self.kb * self.sb_rows // 16) * 16
 
     @property
     def full_region(self) -> int:
@@ -310,7 +368,7 @@ class SharedPlan:
     def check(self) -> None:
         c = self.config
         if self.shared_bytes > SHARED_LIMIT:
-            raise ValueError(f"{c.describe()} at K={self.k} needs {self.shared_bytes} bytes of shared memory, "
+            raise ValueError(f"{c.describe()} at K={self.k or 'any'} needs {self.shared_bytes} bytes of shared memory, "
                              f"more than the {SHARED_LIMIT} a block may have: use fewer stages")
         if c.epilogue == "staged" and not self.d_bytes and c.block_m * staging_pitch(c.block_n) > self.b_region:
             raise ValueError(f"{c.describe()}: the staged epilogue tile does not fit in the A ring; add stages")
@@ -330,6 +388,6 @@ def tiles(config: KernelConfig, m: int, n: int) -> int:
     return ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
 
 
-__all__ = ["KernelConfig", "SharedPlan", "GEMM_TYPES", "CONTIGUOUS_ALIGNMENT",
+__all__ = ["KernelConfig", "SharedPlan", "GEMM_TYPES", "B_SCALES", "CONTIGUOUS_ALIGNMENT",
            "BLOCK_K", "WARPGROUP", "SHARED_LIMIT", "staging_pitch",
            "tma_store_box_columns", "max_stages", "tiles"]

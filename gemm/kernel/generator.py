@@ -11,7 +11,8 @@ masks them). The pieces, each in its own module:
 
 Thread layout: the math warpgroups come first (threads 0 .. math_threads-1, so a math thread's index is its
 ``%tid.x``), the producer warpgroup, if any, last. Kernel parameters: the tensor maps of A, B and sa (and of
-D for the TMA epilogue), the sb and D pointers, and M; the grouped GEMMs (``config.gemm_type``) add the
+D for the TMA epilogue), the sb and D pointers, and M (1x128 B scales, wgrad: sb by tensor map instead of pointer,
+and the K-block count ``k_blocks``); the grouped GEMMs (``config.gemm_type``) add the
 ``grouped_layout`` pointer (m_indices or masked_m, int32) and G. For them M is the rows of A (contiguous: sum of
 the groups' rows) or of one group (masked: M_max), B's map has G*N rows, sb is G blocks of ceil(N/128) x K/128.
 """
@@ -23,7 +24,7 @@ from gemm.fp8 import ceil_div
 from gemm.kernel.config import KernelConfig, SharedPlan
 from gemm.kernel.epilogue import StagedEpilogue, TmaEpilogue, math_barrier
 from gemm.kernel.seams import NO_SEAMS, Seams
-from gemm.kernel.math_warpgroups import MathWarpgroups
+from gemm.kernel.math_warpgroups import ColumnScales, MathWarpgroups
 from gemm.kernel.producer import InlineProducer, Ring, WarpgroupProducer
 from gemm.kernel.tile_scheduler import TileScheduler
 from ptx.builder import KernelBuilder, module
@@ -35,17 +36,33 @@ SMEM = "smem"
 
 
 def kernel_params(config: KernelConfig) -> list[tuple[str, str]]:
-    maps = ["tmap_a", "tmap_b", "tmap_sa"] + (["tmap_d"] if config.epilogue == "tma" else [])
+    """1x128 B scales (wgrad) come by tensor map (``tmap_sb``) instead of the ``sb`` pointer, and K as ``k_blocks``."""
+    row_scales = config.b_scales == "1x128"
+    maps = ["tmap_a", "tmap_b", "tmap_sa"] + (["tmap_sb"] if row_scales else []) + \
+        (["tmap_d"] if config.epilogue == "tma" else [])
+    pointers = [("u64", "d")] if row_scales else [("u64", "sb"), ("u64", "d")]
     grouped = [("u64", "grouped_layout"), ("u32", "groups")] if config.grouped else []
-    return [("tmap", name) for name in maps] + [("u64", "sb"), ("u64", "d"), ("u32", "m")] + grouped
+    k_blocks = [("u32", "k_blocks")] if config.runtime_k else []
+    return [("tmap", name) for name in maps] + pointers + [("u32", "m")] + k_blocks + grouped
 
 
-def check_problem(config: KernelConfig, n: int, k: int) -> SharedPlan:
-    if n <= 0 or k <= 0 or k % 128:
+def compiled_k(config: KernelConfig, k: int) -> int | None:
+    """The K a kernel is generated for: ``k``, or None for a runtime-K config (one kernel serves every K)."""
+    return None if config.runtime_k else k
+
+
+def check_problem(config: KernelConfig, n: int, k: int | None) -> SharedPlan:
+    if config.runtime_k:
+        if k is not None:
+            raise ValueError(f"{config.describe()} takes K at run time: generate it with k=None "
+                             "(gemm.kernel.generator.compiled_k)")
+    elif n <= 0 or k is None or k <= 0 or k % 128:
         raise ValueError(f"the generator needs N > 0 and K a positive multiple of 128, got N={n}, K={k}")
-    if config.epilogue == "tma" and n % 8:
-        raise ValueError(f"the TMA-store epilogue needs N % 8 == 0 (16-byte rows of D), got N={n}: "
-                         "use epilogue='staged'")
+    if n <= 0:
+        raise ValueError(f"the generator needs N > 0, got N={n}")
+    if config.epilogue == "tma" and n * config.out_bytes % 16:
+        raise ValueError(f"the TMA-store epilogue needs 16-byte rows of D (N % {16 // config.out_bytes} == 0 for "
+                         f"{config.out_dtype}), got N={n}: use epilogue='staged' (BF16)")
     plan = SharedPlan(config, n, k)
     plan.check()
     return plan
@@ -70,14 +87,23 @@ class _Kernel:
             if kind == "tmap":
                 self.tmaps[name] = r("u64", name)
                 e(bulk_copies.tensormap_address(self.tmaps[name], b.param(name)))
-        self.sb, self.d = r("u64", "ptr_sb"), r("u64", "ptr_d")
-        e(core.global_pointer_param(self.sb, b.param("sb")), core.global_pointer_param(self.d, b.param("d")))
+        self.sb = None  # 1x128 B scales come by tensor map
+        if c.b_scales == "128x128":
+            self.sb = r("u64", "ptr_sb")
+        self.d = r("u64", "ptr_d")
+        if self.sb:
+            e(core.global_pointer_param(self.sb, b.param("sb")))
+        e(core.global_pointer_param(self.d, b.param("d")))
+        self.k_blocks = str(self.plan.kb) if not c.runtime_k else r("u32", "k_blocks")
+        if c.runtime_k:
+            e(f"ld.param.u32 {self.k_blocks}, [{b.param('k_blocks')}];")
         self.layout = self.groups = None
         if c.grouped:
             self.layout, self.groups = r("u64", "ptr_layout"), r("u32", "groups")
             e(core.global_pointer_param(self.layout, b.param("grouped_layout")),
               f"ld.param.u32 {self.groups}, [{b.param('groups')}];")
-        self.ring = Ring(b, self.plan, self.smem, {k: v for k, v in self.tmaps.items() if k != "tmap_d"})
+        self.ring = Ring(b, self.plan, self.smem, {k: v for k, v in self.tmaps.items() if k != "tmap_d"},
+                         self.k_blocks)
         first = r("pred", "p_first")
         skip = b.label("init_done")
         e(f"setp.eq.u32 {first}, {self.tid}, 0;", f"@!{first} bra {skip};")
@@ -159,7 +185,8 @@ class _Kernel:
         c_stage, c_parity = self.ring.counters("c")
         scheduler = self.scheduler("mt")
         with scheduler.tiles() as (m0, n0):
-            self.load_b_scales(math, sb_tile, n0, scheduler.group)
+            if c.b_scales == "128x128":  # 1x128 scales arrive with each stage instead
+                self.load_b_scales(math, sb_tile, n0, scheduler.group)
             math.zero_totals()
             self.release_target = None
             if c.multicast > 1:  # lane l releases CTA l's stage; with no peer at this step, both go to this CTA
@@ -168,7 +195,7 @@ class _Kernel:
                 e(f"and.b32 {self.release_target}, {math.lane}, 1;",
                   f"selp.u32 {self.release_target}, {self.release_target}, {self.rank}, {pair.peer_alive};")
             variants = c.former_groups_variants
-            if len(variants) == 1:
+            if c.b_scales == "1x128" or len(variants) == 1:
                 self.k_loop(math, sb_tile, c_stage, c_parity, None)
             else:  # one K loop per place the tile's B-scale boundary can fall, chosen once per tile
                 former, pick, done = r("u32", "former"), r("pred"), b.label("k_loop_done")
@@ -189,8 +216,8 @@ class _Kernel:
         epilogue.finish()
 
     def scheduler(self, name: str) -> TileScheduler:
-        return TileScheduler(self.b, self.config, self.plan.n, self.m, name, self.layout, self.groups, self.plan.kb,
-                             seams=self.seams)
+        return TileScheduler(self.b, self.config, self.plan.n, self.m, name, self.layout, self.groups,
+                             0 if self.config.runtime_k else self.plan.kb, seams=self.seams)
 
     def k_loop(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str, former: int | None) -> None:
         b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
@@ -198,17 +225,22 @@ class _Kernel:
         top = b.label("k_block")
         e(f"mov.u32 {kb}, 0;")
         b.place(top)
-        sb_address = r("u32")
-        e(f"mad.lo.u32 {sb_address}, {kb}, 4, {sb_tile};")
-        sb_values = tuple(r("f32", "sb") for _ in range(p.sb_rows))
-        for row, value in enumerate(sb_values):  # row 1 (the next scale block) sits kb floats further
-            e(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];")
+        if self.config.b_scales == "128x128":
+            sb_address = r("u32")
+            e(f"mad.lo.u32 {sb_address}, {kb}, 4, {sb_tile};")
+            sb_values = tuple(r("f32", "sb") for _ in range(p.sb_rows))
+            for row, value in enumerate(sb_values):  # row 1 (the next scale block) sits kb floats further
+                e(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];")
         slot = self.ring.stage(c_stage)
         self.ring.wait(slot.full, c_parity, "wait_full")
-        math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_values if former is not None else sb_values[0],
+        if self.config.b_scales == "1x128":
+            sb_value = ColumnScales(slot.sb_tile)
+        else:
+            sb_value = sb_values if former is not None else sb_values[0]
+        math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_value,
                      release=self.release(math, slot.empty, self.release_target), former_groups=former)
         self.ring.advance(c_stage, c_parity)
-        e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {p.kb};", f"@{more} bra {top};")
+        e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {self.k_blocks};", f"@{more} bra {top};")
 
     def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str, group: str | None = None) -> None:
         """The tile's K/128 B scales into shared memory, once per tile (every thread of the tile reads each one).
@@ -287,10 +319,11 @@ def _producer_index(index, math_wgs: int) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def generate(config: KernelConfig, n: int, k: int, seams: Seams = NO_SEAMS) -> str:
-    """The PTX text of ``config``'s kernel for (N, K); M is its run-time parameter. ``seams``: a caller's functions
-    in place of some of the generator's decisions (:mod:`gemm.kernel.seams`; part of the cache key)."""
+def generate(config: KernelConfig, n: int, k: int | None, seams: Seams = NO_SEAMS) -> str:
+    """The PTX text of ``config``'s kernel for (N, K); M is its run-time parameter (and K too, k=None, for a
+    runtime-K config: :func:`compiled_k`). ``seams``: a caller's functions in place of some of the generator's
+    decisions (:mod:`gemm.kernel.seams`; part of the cache key)."""
     return _Kernel(check_problem(config, n, k), seams).build()
 
 
-__all__ = ["generate", "kernel_params", "check_problem", "KERNEL"]
+__all__ = ["generate", "kernel_params", "check_problem", "compiled_k", "KERNEL"]

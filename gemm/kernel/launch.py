@@ -18,7 +18,7 @@ import numpy as np
 
 from gemm.fp8 import ceil_div
 from gemm.kernel.config import BLOCK_K, POST_PASSES, KernelConfig, SharedPlan, tma_store_box_columns
-from gemm.kernel.generator import KERNEL, generate, kernel_params
+from gemm.kernel.generator import KERNEL, compiled_k, generate, kernel_params
 from gemm.kernel.seams import NO_SEAMS, Seams
 
 
@@ -60,23 +60,30 @@ def kernel(config: KernelConfig, n: int, k: int, seams: Seams = NO_SEAMS):
     return load_kernel(cubin(config, n, k, seams), KERNEL)
 
 
-def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: int, groups: int = 1) -> dict[str, dict]:
+def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: int, groups: int = 1,
+                     sb_stride: int | None = None) -> dict[str, dict]:
     """What each tensor map describes: keyword arguments of ptx.tensor_maps.tensor_map_2d (minus the pointer).
 
     Grouped GEMMs (``groups`` = G): B is the (G*N, K) stack of the experts' weights; for the masked one M is
     M_max, A and D are the (G*M_max) rows of all groups, and sa (G, M_max, Kb) stored M-major per group
-    (``sa_stride`` = M_max, a multiple of 4) is one (G*Kb, M_max) map."""
+    (``sa_stride`` = M_max, a multiple of 4) is one (G*Kb, M_max) map. 1x128 B scales (wgrad): sb (N, Kb) stored
+    N-major, ``sb_stride`` floats per K group, is a (Kb, N) map read BLOCK_N at a time, like sa. K need not be a
+    multiple of 128 there: A's and B's maps end at K, so TMA zero-fills the last K block's missing columns."""
     masked = config.gemm_type == "masked"
     rows = groups * m if masked else m
+    k_blocks = ceil_div(k, BLOCK_K)
     specs = {
         "tmap_a": dict(dtype=np.uint8, shape=(rows, k), row_stride_bytes=k, box=(config.block_m, BLOCK_K),
                        swizzle=128),
         "tmap_b": dict(dtype=np.uint8, shape=(groups * n if config.grouped else n, k), row_stride_bytes=k,
                        box=(config.block_n, BLOCK_K), swizzle=128),
         # sa is (Kb, M) floats in memory (M-major, rows padded to sa_stride): a box is one K group's BLOCK_M
-        "tmap_sa": dict(dtype=np.float32, shape=((groups if masked else 1) * (k // BLOCK_K), m),
+        "tmap_sa": dict(dtype=np.float32, shape=((groups if masked else 1) * k_blocks, m),
                         row_stride_bytes=4 * sa_stride, box=(1, config.block_m), swizzle=0),
     }
+    if config.b_scales == "1x128":
+        specs["tmap_sb"] = dict(dtype=np.float32, shape=(k_blocks, n), row_stride_bytes=4 * sb_stride,
+                                box=(1, config.block_n), swizzle=0)
     if config.epilogue == "tma":
         item = config.out_bytes
         columns = tma_store_box_columns(config.block_n, item)
@@ -87,12 +94,13 @@ def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: in
 
 
 @functools.lru_cache(maxsize=1024)
-def tensor_maps(config: KernelConfig, pointers: tuple[int, int, int, int], m: int, n: int, k: int,
-                sa_stride: int, groups: int = 1) -> dict:
-    """The encoded maps of one call by parameter name (host-side only; cached per pointers and shape)."""
+def tensor_maps(config: KernelConfig, pointers: tuple[int, ...], m: int, n: int, k: int,
+                sa_stride: int, groups: int = 1, sb_stride: int | None = None) -> dict:
+    """The encoded maps of one call by parameter name (host-side only; cached per pointers and shape):
+    ``pointers`` are A, B, sa, D (and sb, 1x128)."""
     from ptx.tensor_maps import tensor_map_2d
-    specs = tensor_map_specs(config, m, n, k, sa_stride, groups)
-    by_name = dict(zip(("tmap_a", "tmap_b", "tmap_sa", "tmap_d"), pointers))
+    specs = tensor_map_specs(config, m, n, k, sa_stride, groups, sb_stride)
+    by_name = dict(zip(("tmap_a", "tmap_b", "tmap_sa", "tmap_d", "tmap_sb"), pointers))
     return {name: tensor_map_2d(by_name[name], **spec) for name, spec in specs.items()}
 
 
@@ -109,15 +117,17 @@ def grid(config: KernelConfig, m: int, n: int, sm_count: int, groups: int = 1) -
 def _launch_shape(config: KernelConfig, m: int, n: int, k: int, sm_count: int, groups: int) -> tuple:
     """(grid, shared bytes, cluster) of one call: pure functions of the config and shape, so computed once."""
     cluster = (config.multicast, 1, 1) if config.multicast > 1 else None
-    return grid(config, m, n, sm_count, groups), SharedPlan(config, n, k).shared_bytes, cluster
+    return grid(config, m, n, sm_count, groups), SharedPlan(config, n, compiled_k(config, k)).shared_bytes, cluster
 
 
 def kernel_arguments(config: KernelConfig, args) -> list:
     """The values of the kernel's parameters for validated arguments (gemm.validate.GemmArgs, any gemm_type), in
     the order and by the names the generator declares them (:func:`gemm.kernel.generator.kernel_params`)."""
-    maps = tensor_maps(config, (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr), args.m, args.n, args.k,
-                       args.sa_stride, args.groups)
-    values = {**maps, "sb": args.sb.ptr, "d": args.d.ptr, "m": args.m,
+    row_scales = config.b_scales == "1x128"
+    pointers = (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr) + ((args.sb.ptr,) if row_scales else ())
+    maps = tensor_maps(config, pointers, args.m, args.n, args.k, args.sa_stride, args.groups,
+                       args.sb_stride if row_scales else None)
+    values = {**maps, "sb": args.sb.ptr, "d": args.d.ptr, "m": args.m, "k_blocks": ceil_div(args.k, BLOCK_K),
               "grouped_layout": args.layout.ptr if args.layout is not None else 0, "groups": args.groups}
     return [values[name] for _, name in kernel_params(config)]
 
@@ -125,7 +135,7 @@ def kernel_arguments(config: KernelConfig, args) -> list:
 def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
     """Run ``config``'s kernel on validated arguments (gemm.validate.GemmArgs) on their device."""
     blocks, shared_bytes, cluster = _launch_shape(config, args.m, args.n, args.k, sm_count, args.groups)
-    kernel(config, args.n, args.k).launch(blocks, config.threads, kernel_arguments(config, args),
+    kernel(config, args.n, compiled_k(config, args.k)).launch(blocks, config.threads, kernel_arguments(config, args),
                                           shared_bytes=shared_bytes, cluster=cluster, stream=stream,
                                           device=args.device, programmatic=config.pdl)
 
@@ -133,7 +143,7 @@ def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:
 def prepare(config: KernelConfig, args, *, sm_count: int):
     """``launch`` with everything but the stream done: a ptx.runtime.PreparedLaunch for the host hot path."""
     blocks, shared_bytes, cluster = _launch_shape(config, args.m, args.n, args.k, sm_count, args.groups)
-    return kernel(config, args.n, args.k).prepare(blocks, config.threads, kernel_arguments(config, args),
+    return kernel(config, args.n, compiled_k(config, args.k)).prepare(blocks, config.threads, kernel_arguments(config, args),
                                                   shared_bytes=shared_bytes, cluster=cluster, device=args.device,
                                                   programmatic=config.pdl)
 

@@ -11,6 +11,11 @@ schedules the tiles; what the math warpgroups do with a tile is the same, so it 
   rule). Each thread's two rows (l/4 and l/4 + 8 of its warp's 16) get their sA from the stage's scale tile.
   A ``release`` callback, when given, is emitted right after the wait and before the promotion: the stage's
   bytes are no longer needed, so a producer may refill it while the FFMAs run (stage 07's rule).
+  With 1x128 B scales (wgrad, :class:`ColumnScales`) every column has its own sB: the thread's BLOCK_N/4 column
+  scales (columns 8j + 2(l % 4) and the next, as the accumulator fragment holds them) are read from the stage with
+  ``ld.shared.v2.f32`` while the tensor cores run, and the promotion becomes ``total += partial * (sA[row] *
+  sB[column])``: one FMUL and one FFMA per accumulator. They are read into registers before the release, since the
+  producer may overwrite the stage as soon as it is released.
 * **the epilogue** (:meth:`MathWarpgroups.store`): the FP32 totals are rounded to BF16 pairs and written
   into a shared staging tile in the fragment layout (rows padded by 16 bytes so a warp's 32 stores hit 32
   different banks), then each warp copies its own 16 rows out with row-contiguous (coalesced) 16-byte
@@ -65,6 +70,22 @@ def tile_rows(block_m: int) -> list[tuple[int, int, int]]:
     waves = block_m // (WARPGROUP_ROWS * warpgroups)
     return sorted(((g, wave, WARPGROUP_ROWS * g + WARPGROUP_ROWS * warpgroups * wave)
                    for g in range(warpgroups) for wave in range(waves)), key=lambda slice_: slice_[2])
+
+
+class ColumnScales:
+    """A stage's 1x128 B scales for :meth:`MathWarpgroups.k_block`: ``tile`` (u32 shared address) holds BLOCK_N
+    floats, one per column of the tile, for this K block."""
+
+    def __init__(self, tile: str):
+        self.tile = tile
+
+
+def fragment_column(block_n: int, lane: int, index: int) -> int:
+    """Column of accumulator ``index`` of ``lane`` in a m64nNk32 fragment: 8 (i // 4) + 2 (lane % 4) + i % 2 (the
+    layout the 1x128 column scales are read in; :mod:`ptx.vocab.wgmma` has the whole fragment)."""
+    if not 0 <= index < block_n // 2:
+        raise ValueError(f"accumulator index {index} outside 0..{block_n // 2 - 1}")
+    return 8 * (index // 4) + 2 * (lane % 4) + index % 2
 
 
 def store_slots(block_n: int, vec: int, lane: int, it: int) -> tuple[int, int]:
@@ -125,16 +146,18 @@ class MathWarpgroups:
         self.b.emit(*(f"mov.f32 {x}, 0f00000000;" for total in self.totals for x in total))
 
     # -- one K block ---------------------------------------------------------------------------------
-    def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str | tuple[str, str],
+    def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str | tuple[str, str] | ColumnScales,
                 release: Callable[[], None] | None = None, former_groups: int | None = None) -> None:
         """Multiply this stage's tiles (u32 shared addresses, 1024-aligned) and promote into the totals;
         ``release()`` emits the stage's release between the wgmma wait and the promotion.
 
         ``sb_value`` is the tile's B scale for this K block, or a pair when the tile spans two 128-wide B-scale
-        blocks: its first ``former_groups`` 8-column groups take the first (a compile-time split)."""
+        blocks: its first ``former_groups`` 8-column groups take the first (a compile-time split); or, 1x128,
+        the stage's :class:`ColumnScales`."""
         e, r = self.b.emit, self.b.reg
         scratch, b_desc = r("u32"), r("u64", "bdesc")
         e(w.wgmma_descriptor(b_desc, b_tile, scratch, self.constant_desc))
+        column_scales = None
         for wave, total in enumerate(self.totals):
             a_addr, a_desc = r("u32"), r("u64", "adesc")
             e(f"add.u32 {a_addr}, {a_tile}, {self.wg_a_offset};",
@@ -153,7 +176,16 @@ class MathWarpgroups:
                     advance = step * w.K32_STEP_BYTES >> 4
                     e(f"add.s64 {a_k}, {a_desc}, {advance};", f"add.s64 {b_k}, {b_desc}, {advance};")
                 e(w.wgmma_e4m3(self.acc, a_k, b_k, self.fresh if step == 0 else self.accumulate))
-            e(w.wgmma_commit_group(), w.wgmma_wait_group(0))
+            e(w.wgmma_commit_group())
+            if isinstance(sb_value, ColumnScales):
+                if column_scales is None:  # once per K block, while the first wave's MMAs run
+                    column_scales = self._load_column_scales(sb_value.tile)
+                e(w.wgmma_wait_group(0))
+                if release is not None and wave == self.waves - 1:
+                    release()
+                self._promote_by_column(total, sa_lo, sa_hi, column_scales)
+                continue
+            e(w.wgmma_wait_group(0))
             if release is not None and wave == self.waves - 1:
                 release()
             pairs = sb_value if isinstance(sb_value, tuple) else (sb_value,)
@@ -166,6 +198,28 @@ class MathWarpgroups:
             for i, (running, partial) in enumerate(zip(total, self.acc)):
                 block = 0 if i // 4 < split else 1
                 e(core.promote(running, partial, scales[block][(i // 2) % 2]))
+
+    def _load_column_scales(self, tile: str) -> list[str]:
+        """The thread's BLOCK_N/4 column scales of this K block: pairs (8j + 2(l % 4), +1) by ``ld.shared.v2``."""
+        e, r = self.b.emit, self.b.reg
+        lane_pair, address = r("u32"), r("u32", "sb_cols")
+        e(f"and.b32 {lane_pair}, {self.lane}, 3;", f"mad.lo.u32 {address}, {lane_pair}, 8, {tile};")
+        scales = []
+        for group in range(self.block_n // 8):
+            pair = [r("f32", "sbc"), r("f32", "sbc")]
+            e(f"ld.shared.v2.f32 {{{pair[0]}, {pair[1]}}}, [{address}+{32 * group}];")
+            scales += pair
+        return scales
+
+    def _promote_by_column(self, total: list[str], sa_lo: str, sa_hi: str, column_scales: list[str]) -> None:
+        """total[i] += partial[i] * (sa[row of i] * sb[column of i]): the scale product per accumulator (FMUL),
+        then the promotion (FFMA), as DeepGEMM's wgrad kernel does."""
+        e, r = self.b.emit, self.b.reg
+        for i, (running, partial) in enumerate(zip(total, self.acc)):
+            scale = r("f32", "scale")
+            row_scale = sa_hi if (i // 2) % 2 else sa_lo
+            e(f"mul.f32 {scale}, {row_scale}, {column_scales[2 * (i // 4) + i % 2]};",
+              core.promote(running, partial, scale))
 
     # -- epilogue -----------------------------------------------------------------------------------
     def store(self, staging: str, d: str, m0: str, n0: str, m: int | str, n: int) -> None:
@@ -242,6 +296,6 @@ class MathWarpgroups:
             e(f"{guard}st.global.{kind[0]} [{ptr}+{2 * (row_off * n + col_off)}], {operand};")
 
 
-__all__ = ["MathWarpgroups", "tile_rows", "math_warpgroup_count", "staging_pitch", "staging_bytes",
+__all__ = ["MathWarpgroups", "ColumnScales", "fragment_column", "tile_rows", "math_warpgroup_count", "staging_pitch", "staging_bytes",
            "store_vector_elements", "store_slots",
            "BLOCK_K", "K_STEPS", "WARPGROUP_ROWS"]

@@ -1,7 +1,7 @@
 """The producer emitters: the TMA ring of S stages in shared memory and who fills it.
 
 Each stage holds one K block's A tile (BLOCK_M x 128 bytes), B tile (BLOCK_N x 128) and A's scales (BLOCK_M
-floats), and two mbarriers: *full* (one arrival with ``expect_tx`` = the stage's bytes, plus the bytes the
+floats), with 1x128 B scales (wgrad) also B's (BLOCK_N floats), and two mbarriers: *full* (one arrival with ``expect_tx`` = the stage's bytes, plus the bytes the
 TMA engine delivers) and *empty* (one arrival per math warp once it no longer needs the stage). Waits poll a
 phase parity; the (stage, parity) counters wrap and flip exactly as :mod:`ptx.vocab.barriers` describes, and they
 carry on across tiles, so a persistent CTA never drains its ring between tiles.
@@ -41,20 +41,25 @@ class Stage:
     sa_tile: str
     full: str
     empty: str
+    sb_tile: str | None = None  # 1x128 B scales only
 
 
 class Ring:
-    """The ring's addresses and counters; ``smem`` is the 1024-aligned shared base (u32 register)."""
+    """The ring's addresses and counters; ``smem`` is the 1024-aligned shared base (u32 register). ``k_blocks``:
+    the K-block count as an operand: an immediate, or (runtime-K configs) the register holding the parameter."""
 
-    def __init__(self, b: KernelBuilder, plan: SharedPlan, smem: str, tmaps: dict[str, str]):
-        self.b, self.plan, self.smem, self.tmaps = b, plan, smem, tmaps
+    def __init__(self, b: KernelBuilder, plan: SharedPlan, smem: str, tmaps: dict[str, str], k_blocks: str):
+        self.b, self.plan, self.smem, self.tmaps, self.k_blocks = b, plan, smem, tmaps, k_blocks
 
     def stage(self, stage: str | int) -> Stage:
         b, p = self.b, self.plan
-        regions = (0, p.b_region, p.sa_region, p.full_region, p.empty_region)
-        sizes = (p.a_tile, p.b_tile, p.sa_tile, 8, 8)
+        names = ["a_tile", "b_tile", "sa_tile", "full", "empty"]
+        regions = [0, p.b_region, p.sa_region, p.full_region, p.empty_region]
+        sizes = [p.a_tile, p.b_tile, p.sa_tile, 8, 8]
+        if p.sb_tile:
+            names.append("sb_tile"), regions.append(p.sb_stage_region), sizes.append(p.sb_tile_pitch)
         out = []
-        for name, region, size in zip(("a_tile", "b_tile", "sa_tile", "full", "empty"), regions, sizes):
+        for name, region, size in zip(names, regions, sizes):
             reg = b.reg("u32", name)
             if isinstance(stage, int):
                 b.emit(f"add.u32 {reg}, {self.smem}, {region + stage * size};")
@@ -115,6 +120,8 @@ class Ring:
               f"@{pair.lead} " + bulk_copies.tma_load_2d_multicast(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block,
                                                          stage.full, pair.mask))
         e(bulk_copies.tma_load_2d(stage.b_tile, self.tmaps["tmap_b"], k_byte, n0, stage.full))
+        if stage.sb_tile is not None:  # 1x128: this K block's scales of the tile's BLOCK_N rows of B, like sa's
+            e(bulk_copies.tma_load_2d(stage.sb_tile, self.tmaps["tmap_sb"], n0, k_block, stage.full))
 
     def wait(self, barrier: str, parity: str, what: str) -> None:
         ready = self.b.reg("pred")
@@ -130,7 +137,7 @@ class InlineProducer:
 
     def prologue(self) -> tuple[str, str, str]:
         """Start K blocks 0..ahead-1 (fresh stages: no waits); returns the (j, stage, parity) refill counters."""
-        b, ring, kb = self.ring.b, self.ring, self.ring.plan.kb
+        b, ring, kb = self.ring.b, self.ring, self.ring.plan.kb  # the inline producer: compile-time K
         skip = b.label("prologue_done")
         b.emit(f"@!{self.is_producer} bra {skip};")
         for j in range(min(self.ahead, kb)):
@@ -146,7 +153,7 @@ class InlineProducer:
         """Thread 0 refills the stage of K block j once every math warp released it (then j, stage advance)."""
         b, ring = self.ring.b, self.ring
         idle, done = b.reg("pred"), b.label("produced")
-        b.emit(f"setp.ge.or.u32 {idle}, {j}, {ring.plan.kb}, !{self.is_producer};", f"@{idle} bra {done};")
+        b.emit(f"setp.ge.or.u32 {idle}, {j}, {ring.k_blocks}, !{self.is_producer};", f"@{idle} bra {done};")
         refill = ring.stage(stage)
         ring.wait(refill.empty, parity, "wait_empty")
         ring.load(refill, j, self.m0, self.n0)
@@ -164,7 +171,7 @@ class WarpgroupProducer:
         self.ring, self.registers, self.leader, self.end, self.rank = ring, registers, leader, end, rank
 
     def emit(self, scheduler) -> None:
-        b, ring, kb = self.ring.b, self.ring, self.ring.plan.kb
+        b, ring, kb = self.ring.b, self.ring, self.ring.k_blocks
         if self.registers:
             b.emit(w.setmaxnreg(self.registers[0], increase=False))
         # one thread issues every copy; the others leave (to the cluster barrier when there is one)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gemm.fp8 import align, bf16_to_float
+from gemm.fp8 import align, bf16_to_float, ceil_div
 from gemm.kernel import KERNEL, KernelConfig, SharedPlan, generate
+from gemm.kernel.generator import compiled_k
 from gemm.kernel.launch import grid, tensor_map_specs
 from gemm.kernel.seams import NO_SEAMS, Seams
 
@@ -21,7 +22,8 @@ from gemm.testing.problems import BF16_NAN_BITS
 def run_gemm(config: KernelConfig, a, sa, b, sb, *, c=None, sm_count: int = 3, seed: int | None = None,
              preempt: bool = True, seams: Seams = NO_SEAMS, ptx: str | None = None) -> np.ndarray:
     """D = (a*sa)(b*sb)^T by ``config``'s kernel on the emulator, as float32 (host arrays in the gemm.fp8
-    contract; D starts as NaN so unwritten elements show). With ``config.accumulate``, D starts as ``c``
+    contract; D starts as NaN so unwritten elements show). With ``config.b_scales == "1x128"`` (wgrad) sb is
+    (N, ceil(K/128)), one scale per row of b, and K any multiple of 16. With ``config.accumulate``, D starts as ``c``
     (float32 (M, N)) and the kernel adds into it: D = C + A*B. ``seams``: :mod:`gemm.kernel.seams`. ``ptx``: run this
     text instead of ``generate(config, n, k, seams)`` (an edited kernel, e.g. without its promotion), with the
     config's tensor maps, grid and shared memory."""
@@ -30,6 +32,11 @@ def run_gemm(config: KernelConfig, a, sa, b, sb, *, c=None, sm_count: int = 3, s
     n = b.shape[0]
     storage = np.zeros((sa.shape[1], align(m, 4)), np.float32)  # sa M-major, M padded to 4 (TMA's layout)
     storage[:, :m] = np.asarray(sa).T
+    row_scales = config.b_scales == "1x128"  # wgrad: sb is (N, Kb) values, stored N-major like sa
+    sb_storage = None
+    if row_scales:
+        sb_storage = np.zeros((sb.shape[1], align(n, 4)), np.float32)
+        sb_storage[:, :n] = np.asarray(sb).T
     if config.accumulate:
         if c is None:
             raise ValueError("config.accumulate adds into D: pass c, the (M, N) float32 C")
@@ -39,14 +46,15 @@ def run_gemm(config: KernelConfig, a, sa, b, sb, *, c=None, sm_count: int = 3, s
     else:
         d = np.full((m, n), BF16_NAN_BITS, np.uint16)
     data = {"tmap_a": np.ascontiguousarray(a).view(np.uint8), "tmap_b": np.ascontiguousarray(b).view(np.uint8),
-            "tmap_sa": storage, "tmap_d": d}
+            "tmap_sa": storage, "tmap_sb": sb_storage, "tmap_d": d}
     maps = {name: FakeTensorMap(data[name], np.dtype(spec["dtype"]), spec["shape"], spec["row_stride_bytes"],
                                 spec["box"], spec["swizzle"])
-            for name, spec in tensor_map_specs(config, m, n, k, align(m, 4)).items()}
-    run_kernel(ptx if ptx is not None else generate(config, n, k, seams), KERNEL, (grid(config, m, n, sm_count),), config.threads,
-               SharedPlan(config, n, k).shared_bytes,
-               dict(**maps, sb=np.ascontiguousarray(sb, np.float32), d=d, m=m), seed=seed, preempt=preempt,
-               cluster=config.multicast)
+            for name, spec in tensor_map_specs(config, m, n, k, align(m, 4), 1, align(n, 4)).items()}
+    scalars = dict(m=m, k_blocks=ceil_div(k, 128)) if row_scales else dict(sb=np.ascontiguousarray(sb, np.float32), m=m)
+    kernel_k = compiled_k(config, k)
+    run_kernel(ptx if ptx is not None else generate(config, n, kernel_k, seams), KERNEL,
+               (grid(config, m, n, sm_count),), config.threads, SharedPlan(config, n, kernel_k).shared_bytes,
+               dict(**maps, d=d, **scalars), seed=seed, preempt=preempt, cluster=config.multicast)
     return d if d.dtype == np.float32 else bf16_to_float(d)
 
 
