@@ -3,7 +3,7 @@
     python -m gemm prebuild --model deepseek-v3 --jobs 8      # compile a model's kernels into the disk cache
     python -m gemm prebuild --shapes "2112,7168;24576,1536" --max-m 4096
 
-Benchmarks: ``python -m gemm bench dense | grouped | configs | host | new-m``; ``python -m gemm sanitize``.
+Benchmarks: ``python -m gemm bench dense | grouped | wgrad | configs | host | new-m``; ``python -m gemm sanitize``.
 """
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ BENCHES = {  # name: (module under gemm.testing, what it times, its add_argument
               "(results/gemm_bench.json)", "add_arguments", "run"),
     "grouped": ("bench_grouped", "the m-grouped contiguous and masked GEMMs on DeepGEMM's grouped shapes "
                 "(results/grouped_bench.json)", "add_arguments", "run"),
+    "wgrad": ("bench_wgrad", "the weight-gradient GEMMs (wgrad, k-grouped wgrad) beside DeepGEMM 2507 (--deepgemm) on "
+              "its test_core shapes (results/wgrad.json)", "add_arguments", "run"),
     "configs": ("bench_configs", "named kernel configs (production[:field=value,...]) on shapes", "add_arguments", "run"),
     "host": ("bench_host", "host time per call without a graph: dense, grouped, cuBLAS; the hot path piece by piece",
              "add_host_arguments", "run_host"),
@@ -82,7 +84,7 @@ def _gpu_ready(command: str, needs_torch: bool = True) -> str | None:
 
 def _add_bench(commands) -> None:
     import importlib
-    parser = commands.add_parser("bench", help="benchmarks (GPU): dense | grouped | configs | host | new-m",
+    parser = commands.add_parser("bench", help="benchmarks (GPU): dense | grouped | wgrad | configs | host | new-m",
                                  description="Check, then time with the one kernel timer (CUDA-graph replay of "
                                              "(L2 flush; call) pairs minus the flushes).")
     kinds = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")

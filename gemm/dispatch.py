@@ -32,6 +32,7 @@ from ptx.arrays import as_device_view, is_torch_tensor
 from ptx.device import check_stream_of
 
 OUT_DTYPES = BF16_DTYPES + (F32,)
+RAGGED_K_MULTIPLE = 16  # the generated kernels take K in 16-byte steps: TMA zero-fills the last 128-wide K block
 MAX_PREPARED = 4096
 PREPARED: dict = {}
 
@@ -152,7 +153,8 @@ def run_dense(a, sa, b, sb, d, c=None, stream=None, *, config=None, plan_key=Non
     """Check dense arguments and run them: D = C + (a*sa)(b*sb)^T. Only torch can convert a row-major sa on the
     device (with its allocator, on its stream); other arrays must come M-major, and the check says which helper
     makes that."""
-    args = check_gemm_args(a, sa, b, sb, d, c, accept_row_major_sa=is_torch_tensor(sa), out_dtypes=OUT_DTYPES)
+    args = check_gemm_args(a, sa, b, sb, d, c, accept_row_major_sa=is_torch_tensor(sa), out_dtypes=OUT_DTYPES,
+                           k_multiple=RAGGED_K_MULTIPLE, strided_operands=True)
     run(args, stream, config, plan_key=plan_key)
 
 

@@ -124,17 +124,18 @@ def wave_cost(block_m: int, block_n: int) -> int:
 
 
 def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168, fits=None,
-                  groups: int = 1) -> tuple[int, int]:
+                  groups: int = 1, block_ns=BLOCK_N_CANDIDATES) -> tuple[int, int]:
     """Fewest modelled cycles: waves x (K blocks x wave_cost + TILE_OVERHEAD); ties go to fewer waves, the larger
     block, then the taller one (two math warpgroups hide each other's promotion: 128 x 64 beat 64 x 128 by 4% at
     128 x 7168 x 2048). The per-tile overhead (prologue, epilogue) matters at small K: at 4096 x 32768 x 512,
     4096 tiles of 256 x 128 beat 5472 of 128 x 192 by 3%, while at K = 7168 and 8192 the 128 x 192 ones win.
-    ``groups``: ``groups`` problems of M rows each (the masked grouped GEMM: tiles are counted per group)."""
+    ``groups``: ``groups`` problems of M rows each (the masked grouped GEMM: tiles are counted per group).
+    ``block_ns``: the BLOCK_N to try."""
     best_key, best = None, None
     for block_m in BLOCK_M_CANDIDATES:
         if block_m > 64 and m <= 64 or block_m > 128 and m <= 128:
             continue
-        for block_n in BLOCK_N_CANDIDATES:
+        for block_n in block_ns:
             if block_m == 256 and block_n > 128 or staged and block_n & (block_n - 1):
                 continue
             if fits is not None and not fits(block_m, block_n):
@@ -206,6 +207,15 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
 
 # -- the weight-gradient GEMM (gemm.wgrad) ----------------------------------------------------------------
 
+# wgrad's B scales are per column, so any multiple of 8 up to what the registers hold may be BLOCK_N (no B-scale
+# block boundary to split at), and the widths 144-160 fill the last wave better at N = 2112 and 7168; yet on all
+# 12 of DeepGEMM's wgrad shapes 128 x 128 (4 stages) ran fastest, 1.04-1.22x 128 x 144, 128 x 152 and 128 x 160
+# (3-4 stages), 256 x 96 and 128 x 128 with D in four passes (6 stages) (results/sweep_wgrad_blocks.json, H200):
+# the column scales and the extra FMUL per accumulator make a wider tile's promotion the longer pole.
+WGRAD_BLOCK_N_CANDIDATES = (16, 32, 64, 128)
+WGRAD_BLOCK_M_CANDIDATES = (64, 128)
+
+
 def choose_wgrad_config(m: int, n: int, k: int, device: DeviceFacts | None = None) -> KernelConfig:
     """The config of a weight-gradient GEMM (1x128 scales on both operands, FP32 D += A*B^T, :mod:`gemm.wgrad`)
     on ``device``: the dense cost model's block shape among those whose column scales fit the math threads'
@@ -222,12 +232,14 @@ def _choose_wgrad_config(m: int, n: int, k: int, device: DeviceFacts, passes: tu
                             registers=REGISTERS, epilogue="tma", out_dtype="f32", accumulate=True, b_scales="1x128")
 
     def fits(block_m: int, block_n: int) -> bool:
+        if block_m not in WGRAD_BLOCK_M_CANDIDATES:
+            return False
         try:
             config = trial(block_m, block_n)
         except ValueError:  # more registers than a math thread holds
             return False
         return max_stages(config, n, None, limit=3, budget=device.shared_limit) >= 3
-    block_m, block_n = choose_blocks(m, n, device.sm_count, k=k, fits=fits)
+    block_m, block_n = choose_blocks(m, n, device.sm_count, k=k, fits=fits, block_ns=WGRAD_BLOCK_N_CANDIDATES)
     persistent = ceil_div(m, block_m) * ceil_div(n, block_n) > device.sm_count
     config = trial(block_m, block_n).replace(
         persistent=persistent, raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0)

@@ -166,14 +166,27 @@ def _check_row_major(name: str, view: DeviceView) -> None:
                          f"ascontiguousarray (NumPy, CuPy)")
 
 
+def _check_rows(name: str, view: DeviceView) -> None:
+    """An operand TMA can read: unit stride along K, rows at least K apart and a multiple of 16 bytes apart (a
+    view into K-padded storage, as DeepGEMM's casts return, is read in place)."""
+    rows, k = view.shape
+    s_row, s_k = view.strides
+    if s_k != 1 or (rows > 1 and (s_row < k or s_row * view.itemsize % POINTER_ALIGNMENT)):
+        raise ValueError(f"{name} must have unit stride along K and rows a multiple of {POINTER_ALIGNMENT} bytes "
+                         f"apart (at least K), got strides {tuple(view.strides)} for shape {tuple(view.shape)}; make "
+                         f"it with {name}.contiguous() (torch) or ascontiguousarray (NumPy, CuPy)")
+
+
 def check_gemm_args(a, sa, b, sb, d, c=None, *, k_multiple: int = GROUP, accept_row_major_sa: bool = False,
-                    out_dtypes=BF16_DTYPES) -> GemmArgs:
+                    out_dtypes=BF16_DTYPES, strided_operands: bool = False) -> GemmArgs:
     """Validate D = C + (a*sa)(b*sb)^T arguments; returns their views and M, N, K. See gemm.fp8 for the contract.
 
     ``accept_row_major_sa``: let a contiguous row-major sa through (``GemmArgs.sa_layout == "row_major"``) for a
     caller that converts it to the M-major layout before launching, as ``fp8_gemm_nt`` does for torch tensors.
     ``out_dtypes``: what d may be (the lessons write BF16; ``fp8_gemm_nt`` also FP32). ``c``: the optional FP32
-    addend; it needs an FP32 d.
+    addend; it needs an FP32 d. ``k_multiple``: 128 for the lessons' kernels; the production kernels take any
+    multiple of 16 (TMA zero-fills the last K block). ``strided_operands``: a and b may be row views of wider
+    storage (rows 16-byte multiples apart), which the production kernels' tensor maps read in place.
     """
     named = dict(zip(NAMES, (a, sa, b, sb, d)), **({"c": c} if c is not None else {}))
     views = {name: device_view(name, obj) for name, obj in named.items()}
@@ -203,7 +216,9 @@ def check_gemm_args(a, sa, b, sb, d, c=None, *, k_multiple: int = GROUP, accept_
     if min(m, n, k) <= 0:
         raise ValueError(f"empty problem: M={m}, N={n}, K={k}")
     if k % k_multiple:
-        raise ValueError(f"K={k} must be a multiple of {k_multiple} (one scale group is 128 wide along K)")
+        why = ("one scale group is 128 wide along K" if k_multiple == GROUP else
+               "TMA reads rows of 16-byte multiples; pad K with zeros")
+        raise ValueError(f"K={k} must be a multiple of {k_multiple} ({why})")
     kb = ceil_div(k, GROUP)
     _check_shape("sa", vsa, (m, kb))
     _check_shape("sb", vsb, (ceil_div(n, GROUP), kb))
@@ -215,7 +230,10 @@ def check_gemm_args(a, sa, b, sb, d, c=None, *, k_multiple: int = GROUP, accept_
                          "pad N or use a BF16 d")
 
     for name in ("a", "b", "d", "sb") + (("c",) if vc is not None else ()):
-        _check_row_major(name, views[name])
+        if strided_operands and name in ("a", "b"):
+            _check_rows(name, views[name])
+        else:
+            _check_row_major(name, views[name])
     layout = sa_layout(vsa, m, kb)
     if layout is None or (layout == "row_major" and not accept_row_major_sa):
         note = ("; fp8_gemm_nt converts a row-major torch tensor itself, but not a Numba or CuPy array"

@@ -434,7 +434,8 @@ def test_inspect_a_numba_stage_on_gpu_shows_registers():
 
 class _SimulatedDriver:
     """Just enough of cuda.bindings.driver for bench_kernel: one stream, a clock in microseconds that work
-    advances, events that read the clock, and stream capture that records work instead of doing it."""
+    advances, events that read the clock, and stream capture that records work (a kernel, or the flush's memset)
+    as graph nodes instead of doing it."""
 
     class CUresult:
         CUDA_SUCCESS = 0
@@ -448,14 +449,18 @@ class _SimulatedDriver:
     class CUstream_flags:
         CU_STREAM_NON_BLOCKING = 1
 
+    class CUgraphNodeType:
+        CU_GRAPH_NODE_TYPE_KERNEL = 0
+        CU_GRAPH_NODE_TYPE_MEMSET = 2
+
     FLUSH_US, GRAPH_LAUNCH_US = 90.0, 3.0
 
     def __init__(self):
         self.clock, self.capture, self.events, self.graphs, self.handles = 0.0, None, {}, {}, 100
 
-    def work(self, microseconds):
+    def work(self, microseconds, node_type=CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL):
         if self.capture is not None:
-            self.capture.append(microseconds)
+            self.capture.append((node_type, microseconds))
         else:
             self.clock += microseconds
 
@@ -468,7 +473,9 @@ class _SimulatedDriver:
     def cuCtxGetDevice(self): return (0, 0)
     def cuStreamCreate(self, flags): return (0, self._new())
     def cuMemAlloc(self, size): return (0, 4096)
-    def cuMemsetD32Async(self, ptr, value, count, stream): self.work(self.FLUSH_US); return (0,)
+    def cuMemsetD32Async(self, ptr, value, count, stream):
+        self.work(self.FLUSH_US, self.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMSET)
+        return (0,)
     def cuStreamSynchronize(self, stream): return (0,)
     def cuEventCreate(self, flags): return (0, self._new())
     def cuEventRecord(self, event, stream): self.events[event] = self.clock; return (0,)
@@ -478,9 +485,18 @@ class _SimulatedDriver:
     def cuStreamBeginCapture(self, stream, mode): self.capture = []; return (0,)
     def cuGraphInstantiate(self, graph, flags): return (0, graph)
     def cuGraphDestroy(self, graph): return (0,)
-    def cuGraphGetNodes(self, graph, count): return (0, [], len(self.graphs[graph]))
+    def cuGraphGetNodes(self, graph, count):
+        nodes = [(graph, index) for index in range(len(self.graphs[graph]))]
+        return (0, nodes[:count], len(nodes[:count]) if count else len(nodes))
+
+    def cuGraphNodeGetType(self, node):
+        graph, index = node
+        return (0, self.graphs[graph][index][0])
+
     def cuGraphExecDestroy(self, graph): return (0,)
-    def cuGraphLaunch(self, graph, stream): self.clock += sum(self.graphs[graph]) + self.GRAPH_LAUNCH_US; return (0,)
+    def cuGraphLaunch(self, graph, stream):
+        self.clock += sum(microseconds for _, microseconds in self.graphs[graph]) + self.GRAPH_LAUNCH_US
+        return (0,)
 
     def cuStreamEndCapture(self, stream):
         graph = self._new()
@@ -520,7 +536,7 @@ def test_bench_kernel_counts_the_graph_nodes_a_call_adds(simulated_driver):
     grader's defence against untimed work)."""
     from gemm.testing.timer import bench_kernel
     timed = bench_kernel(lambda stream: simulated_driver.work(50.0))
-    assert timed.nodes_per_call == 1
+    assert timed.nodes_per_call == 1 and timed.kernels_per_call == 1
 
     def elsewhere(stream):  # the work happens, but not on the captured stream
         simulated_driver.clock += 50.0
@@ -540,3 +556,74 @@ def test_bench_kernel_ends_the_capture_when_the_launch_fails(simulated_driver):
     with pytest.raises(RuntimeError, match="cannot be captured"):
         bench_kernel(launch)
     assert simulated_driver.capture is None and calls[0] is False
+
+
+def test_the_timers_count_kernel_launches_apart_from_other_nodes(simulated_driver):
+    """A call of two kernels and a memset: three nodes, two kernel launches; the flushes' memsets are not the call's."""
+    from gemm.testing.timer import bench_back_to_back, bench_kernel
+
+    def launch(stream):
+        simulated_driver.work(20.0)
+        simulated_driver.work(5.0, simulated_driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMSET)
+        simulated_driver.work(30.0)
+
+    for timing in (bench_kernel(launch), bench_back_to_back(launch)):
+        assert (timing.nodes_per_call, timing.kernels_per_call) == (3, 2)
+
+
+@pytest.fixture
+def simulated_torch(simulated_driver, monkeypatch):
+    """bench_kineto and bench on the simulated driver: a torch whose CUDA calls do nothing, and ``fn()`` run as is
+    on the timing stream."""
+    from gemm.testing import timer
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None, current_device=lambda: 0))
+    monkeypatch.setattr(timer, "_torch_with_cuda", lambda caller: fake)
+    monkeypatch.setattr(timer, "torch_launch", lambda fn: lambda stream: fn())
+    return simulated_driver
+
+
+def test_bench_kineto_keeps_deepgemms_return_contract(simulated_torch):
+    from gemm.testing.timer import bench, bench_kineto
+
+    def two_kernels():  # as a K-grouped GEMM that launches one kernel per group
+        simulated_torch.work(40.0)
+        simulated_torch.work(60.0)
+
+    assert bench_kineto(two_kernels, "fp8_gemm") == pytest.approx(100e-6)  # seconds per call
+    assert bench_kineto(two_kernels, ("fp8_gemm", "other")) == pytest.approx((100e-6, 100e-6))
+    assert bench_kineto(two_kernels, "fp8_gemm", with_multiple_kernels=True) == pytest.approx(50e-6)  # per launch
+    # no flush: back-to-back calls in one graph, whose launch is shared by the calls
+    assert bench_kineto(two_kernels, "fp8_gemm", num_tests=10, flush_l2=False) == pytest.approx(100.3e-6)
+    assert bench(two_kernels, num_tests=10) == pytest.approx(0.1003)  # milliseconds
+    with pytest.raises(RuntimeError, match="no kernel"):
+        bench_kineto(lambda: None, "fp8_gemm")
+    with pytest.raises(TypeError, match="str or a tuple of str"):
+        bench_kineto(two_kernels, ["fp8_gemm"])
+    with pytest.raises(ValueError, match="barrier_comm_profiling"):
+        bench_kineto(two_kernels, "fp8_gemm", barrier_comm_profiling=True)
+
+
+def test_bench_kineto_silences_the_calls_after_the_first(simulated_torch, capfd):
+    """suppress_kineto_output: the first call prints (DeepGEMM builds its kernels there), the timed ones do not."""
+    from gemm.testing.timer import bench_kineto
+
+    def noisy_kernel():
+        print("a call")
+        os.write(2, b"a call from C\n")
+        simulated_torch.work(10.0)
+
+    assert bench_kineto(noisy_kernel, "fp8_gemm", suppress_kineto_output=True) == pytest.approx(10e-6)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("a call\n", "a call from C\n")
+    print("after")  # the descriptors are back
+    assert capfd.readouterr().out == "after\n"
+
+
+def test_deepgemms_timers_need_a_cuda_gpu():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is here")
+    from gemm.testing.timer import bench, bench_kineto
+    for call in (lambda: bench_kineto(lambda: None, "fp8_gemm"), lambda: bench(lambda: None)):
+        with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+            call()

@@ -96,7 +96,7 @@ class KernelConfig:
                              f"got {self.block_m}")
         if self.block_n % 8 or not 8 <= self.block_n <= 256:
             raise ValueError(f"block_n must be a multiple of 8 in 8..256 (wgmma's N), got {self.block_n}")
-        if self.block_n > 128 and math.gcd(self.block_n, 128) != self.block_n - 128:
+        if self.block_n > 128 and math.gcd(self.block_n, 128) != self.block_n - 128 and self.b_scales == "128x128":
             raise ValueError(f"block_n={self.block_n}: a tile may span at most two 128-wide B-scale blocks, which "
                              "for BLOCK_N > 128 needs gcd(BLOCK_N, 128) == BLOCK_N - 128 (144, 160, 192, 256)")
         if self.producer == "inline" and 128 % self.block_n:
@@ -276,7 +276,7 @@ class SharedPlan:
         """K blocks, a compile-time constant; a runtime-K config (``config.runtime_k``) has none (k is None)."""
         if self.k is None:
             raise ValueError(f"{self.config.describe()} takes K at run time: its plan has no K-block count")
-        return self.k // BLOCK_K
+        return ceil_div(self.k, BLOCK_K)  # a last partial block is zero-filled by TMA
 
     @property
     def a_tile(self) -> int:

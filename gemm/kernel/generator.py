@@ -56,8 +56,11 @@ def check_problem(config: KernelConfig, n: int, k: int | None) -> SharedPlan:
         if k is not None:
             raise ValueError(f"{config.describe()} takes K at run time: generate it with k=None "
                              "(gemm.kernel.generator.compiled_k)")
-    elif n <= 0 or k is None or k <= 0 or k % 128:
-        raise ValueError(f"the generator needs N > 0 and K a positive multiple of 128, got N={n}, K={k}")
+    elif n <= 0 or k is None or k <= 0 or k % 16:
+        raise ValueError(f"the generator needs N > 0 and K a positive multiple of 16 (TMA's 16-byte rows; the last "
+                         f"128-wide K block is zero-filled), got N={n}, K={k}")
+    elif k % 128 and config.producer == "inline":
+        raise ValueError(f"the inline producer (stage 06) needs K a multiple of 128, got K={k}")
     if n <= 0:
         raise ValueError(f"the generator needs N > 0, got N={n}")
     if config.epilogue == "tma" and n * config.out_bytes % 16:

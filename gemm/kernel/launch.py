@@ -61,21 +61,24 @@ def kernel(config: KernelConfig, n: int, k: int, seams: Seams = NO_SEAMS):
 
 
 def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: int, groups: int = 1,
-                     sb_stride: int | None = None) -> dict[str, dict]:
+                     sb_stride: int | None = None, row_strides: tuple[int, int] | None = None) -> dict[str, dict]:
     """What each tensor map describes: keyword arguments of ptx.tensor_maps.tensor_map_2d (minus the pointer).
 
     Grouped GEMMs (``groups`` = G): B is the (G*N, K) stack of the experts' weights; for the masked one M is
     M_max, A and D are the (G*M_max) rows of all groups, and sa (G, M_max, Kb) stored M-major per group
     (``sa_stride`` = M_max, a multiple of 4) is one (G*Kb, M_max) map. 1x128 B scales (wgrad): sb (N, Kb) stored
     N-major, ``sb_stride`` floats per K group, is a (Kb, N) map read BLOCK_N at a time, like sa. K need not be a
-    multiple of 128 there: A's and B's maps end at K, so TMA zero-fills the last K block's missing columns."""
+    multiple of 128 (nor anywhere in production: any multiple of 16): A's and B's maps end at K, so TMA zero-fills
+    the last K block's missing columns. ``row_strides``: bytes between rows of A and of B when they are views of
+    wider storage (default K: contiguous)."""
+    a_stride, b_stride = row_strides or (k, k)
     masked = config.gemm_type == "masked"
     rows = groups * m if masked else m
     k_blocks = ceil_div(k, BLOCK_K)
     specs = {
-        "tmap_a": dict(dtype=np.uint8, shape=(rows, k), row_stride_bytes=k, box=(config.block_m, BLOCK_K),
+        "tmap_a": dict(dtype=np.uint8, shape=(rows, k), row_stride_bytes=a_stride, box=(config.block_m, BLOCK_K),
                        swizzle=128),
-        "tmap_b": dict(dtype=np.uint8, shape=(groups * n if config.grouped else n, k), row_stride_bytes=k,
+        "tmap_b": dict(dtype=np.uint8, shape=(groups * n if config.grouped else n, k), row_stride_bytes=b_stride,
                        box=(config.block_n, BLOCK_K), swizzle=128),
         # sa is (Kb, M) floats in memory (M-major, rows padded to sa_stride): a box is one K group's BLOCK_M
         "tmap_sa": dict(dtype=np.float32, shape=((groups if masked else 1) * k_blocks, m),
@@ -95,11 +98,12 @@ def tensor_map_specs(config: KernelConfig, m: int, n: int, k: int, sa_stride: in
 
 @functools.lru_cache(maxsize=1024)
 def tensor_maps(config: KernelConfig, pointers: tuple[int, ...], m: int, n: int, k: int,
-                sa_stride: int, groups: int = 1, sb_stride: int | None = None) -> dict:
+                sa_stride: int, groups: int = 1, sb_stride: int | None = None,
+                row_strides: tuple[int, int] | None = None) -> dict:
     """The encoded maps of one call by parameter name (host-side only; cached per pointers and shape):
     ``pointers`` are A, B, sa, D (and sb, 1x128)."""
     from ptx.tensor_maps import tensor_map_2d
-    specs = tensor_map_specs(config, m, n, k, sa_stride, groups, sb_stride)
+    specs = tensor_map_specs(config, m, n, k, sa_stride, groups, sb_stride, row_strides)
     by_name = dict(zip(("tmap_a", "tmap_b", "tmap_sa", "tmap_d", "tmap_sb"), pointers))
     return {name: tensor_map_2d(by_name[name], **spec) for name, spec in specs.items()}
 
@@ -125,11 +129,17 @@ def kernel_arguments(config: KernelConfig, args) -> list:
     the order and by the names the generator declares them (:func:`gemm.kernel.generator.kernel_params`)."""
     row_scales = config.b_scales == "1x128"
     pointers = (args.a.ptr, args.b.ptr, args.sa.ptr, args.d.ptr) + ((args.sb.ptr,) if row_scales else ())
+    row_strides = (_row_stride(args.a), _row_stride(args.b))
     maps = tensor_maps(config, pointers, args.m, args.n, args.k, args.sa_stride, args.groups,
-                       args.sb_stride if row_scales else None)
+                       args.sb_stride if row_scales else None, row_strides if row_strides != (args.k, args.k) else None)
     values = {**maps, "sb": args.sb.ptr, "d": args.d.ptr, "m": args.m, "k_blocks": ceil_div(args.k, BLOCK_K),
               "grouped_layout": args.layout.ptr if args.layout is not None else 0, "groups": args.groups}
     return [values[name] for _, name in kernel_params(config)]
+
+
+def _row_stride(view) -> int:
+    """Bytes between an e4m3 operand's rows (a 2-D view; a grouped 3-D one is contiguous: K)."""
+    return view.strides[0] * view.itemsize if len(view.shape) == 2 and view.shape[0] > 1 else view.shape[-1]
 
 
 def launch(config: KernelConfig, args, *, sm_count: int, stream=None) -> None:

@@ -30,7 +30,8 @@ import numpy as np
 
 REPLY_TIMEOUT_S = 900  # a first call may JIT-compile (nvcc: 10-20 s; more with many warm-ups sharing the CPUs)
 API = {"dense": "gemm_fp8_fp8_bf16_nt", "contiguous": "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
-       "masked": "m_grouped_gemm_fp8_fp8_bf16_nt_masked"}
+       "masked": "m_grouped_gemm_fp8_fp8_bf16_nt_masked", "wgrad": "wgrad_gemm_fp8_fp8_fp32_nt",
+       "k_grouped_wgrad": "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"}  # the last two: DeepGEMM 2507 on
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,27 @@ def grouped_payload(layout: str, a, sa, b, sb, layout_array, expected_m: int | N
     return payload
 
 
+def wgrad_payload(a, sa_t, b, sb_t, k_sizes: list[int] | None = None, groups: int = 1) -> dict:
+    """A weight-gradient problem as host arrays: a, b e4m3 bytes ((M, K), or flat for k-grouped), and their 1x128
+    scales transposed, (Kb, M) and (Kb, N) (sum of the groups' Kb rows, k-grouped): DeepGEMM 2507's k-grouped
+    layout, which both its wgrad functions read without a conversion kernel. D starts as :func:`wgrad_residual`."""
+    payload = {"kind": "wgrad" if k_sizes is None else "k_grouped_wgrad",
+               "a": np.ascontiguousarray(a).view(np.uint8), "sa": np.ascontiguousarray(sa_t, np.float32),
+               "b": np.ascontiguousarray(b).view(np.uint8), "sb": np.ascontiguousarray(sb_t, np.float32),
+               "m": int(sa_t.shape[1]), "n": int(sb_t.shape[1]), "groups": groups}
+    if k_sizes is not None:
+        payload["k_sizes"] = [int(k) for k in k_sizes]
+    return payload
+
+
+def wgrad_residual(torch, shape, device):
+    """What a wgrad check's D holds before the call, made alike in every process without sending it: small
+    integers that vary along both axes (an element the kernel never adds into keeps a value the check rejects)."""
+    rows, cols = shape[-2], shape[-1]
+    base = (torch.arange(rows, device=device)[:, None] * 7 + torch.arange(cols, device=device)[None, :] * 13) % 17
+    return (base.float() - 8).expand(*shape).contiguous()
+
+
 # -------------------------------------------------------------------------------------------- the child
 class _Loaded:
     """A problem on the child's GPU in DeepGEMM's layouts (sa transposed for TMA outside the timed call, as its
@@ -167,6 +189,9 @@ class _Loaded:
             return torch.from_numpy(host).to(device).view(torch.float8_e4m3fn)
 
         a, b = fp8(payload["a"]), fp8(payload["b"])
+        if kind in ("wgrad", "k_grouped_wgrad"):
+            self._wgrad(deep_gemm, torch, payload, device, a, b)
+            return
         sa = deep_gemm.get_col_major_tma_aligned_tensor(torch.from_numpy(payload["sa"]).to(device))
         sb = torch.from_numpy(payload["sb"]).to(device)
         n = b.shape[-2]
@@ -182,6 +207,20 @@ class _Loaded:
             self._call = lambda: function((a, sa), (b, sb), self.out, masked_m, expected_m)
         self._streams: dict[int, object] = {}
 
+    def _wgrad(self, deep_gemm, torch, payload: dict, device: str, a, b) -> None:
+        sa, sb = (torch.from_numpy(payload[name]).to(device) for name in ("sa", "sb"))
+        groups, m, n = payload["groups"], payload["m"], payload["n"]
+        shape = (groups, m, n) if payload["kind"] == "k_grouped_wgrad" else (m, n)
+        self.reset = lambda: self.out.copy_(wgrad_residual(torch, shape, device))
+        self.out = torch.empty(shape, dtype=torch.float32, device=device)
+        function = getattr(deep_gemm, API[payload["kind"]])
+        if payload["kind"] == "wgrad":
+            self._call = lambda: function((a, sa), (b, sb), self.out)
+        else:
+            sizes = payload["k_sizes"]
+            self._call = lambda: function((a, sa), (b, sb), self.out, sizes)
+        self._streams = {}
+
     def launch(self, stream: int) -> None:
         if stream not in self._streams:
             self._streams[stream] = self.torch.cuda.ExternalStream(stream)
@@ -190,6 +229,13 @@ class _Loaded:
 
     def check(self, rows):
         from gemm.testing.problems import poison_torch, torch_output_parts
+        if self.out.dtype == self.torch.float32:  # wgrad: D += A*B^T from the residual; the rows' FP32 values
+            self.reset()
+            self.launch(self.torch.cuda.current_stream().cuda_stream)
+            self.torch.cuda.synchronize()
+            flat = self.out.reshape(-1, self.out.shape[-1])
+            picked = flat.index_select(0, self.torch.as_tensor(np.asarray(rows), device=flat.device))
+            return int(self.torch.isnan(flat).sum().item()), picked.cpu().numpy()
         poison_torch(self.out)
         if self.out.is_cuda:
             self.launch(self.torch.cuda.current_stream().cuda_stream)
@@ -258,6 +304,9 @@ def _warm_jobs(jobs: list[list], calls: int = 1) -> int:
     import deep_gemm
     failures = 0
     for kind, groups, m, n, k in jobs:
+        if kind == "wgrad":  # one kernel per (M, N, K) in DeepGEMM 2507 (its K is a template argument)
+            failures += _warm_wgrad(deep_gemm, torch, m, n, k, calls)
+            continue
         try:
             rows = m * groups if kind == "contiguous" else m
             a_shape = (groups, m, k) if kind == "masked" else (rows, k)
@@ -281,6 +330,22 @@ def _warm_jobs(jobs: list[list], calls: int = 1) -> int:
             print(f"warm {kind} {groups}x{m}x{n}x{k}: {type(error).__name__}: {error}", file=sys.stderr)
             failures += 1
     return failures
+
+
+def _warm_wgrad(deep_gemm, torch, m: int, n: int, k: int, calls: int) -> int:
+    try:
+        kb = (k + 127) // 128
+        a = torch.randn((m, k), device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn((n, k), device="cuda").to(torch.float8_e4m3fn)
+        sa, sb = torch.ones((kb, m), device="cuda"), torch.ones((kb, n), device="cuda")
+        out = torch.zeros((m, n), device="cuda")
+        for _ in range(calls):
+            getattr(deep_gemm, API["wgrad"])((a, sa), (b, sb), out)
+            torch.cuda.synchronize()
+        return 0
+    except Exception as error:
+        print(f"warm wgrad {m}x{n}x{k}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
 
 
 def warm(trees: list[DeepGemmTree], jobs: list[tuple], *, processes: int | None = None,
@@ -326,4 +391,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["DeepGemmTree", "DeepGemmProcess", "parse_deepgemm", "dense_payload", "grouped_payload", "warm"]
+__all__ = ["DeepGemmTree", "DeepGemmProcess", "parse_deepgemm", "dense_payload", "grouped_payload", "wgrad_payload",
+           "wgrad_residual", "warm"]

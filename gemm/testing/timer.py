@@ -11,11 +11,17 @@ inside a model. ``launch(stream)`` may come from Numba (``numba.cuda.external_st
 (an int handle) or from torch (``torch.cuda.ExternalStream``): all we need is that it enqueues one kernel
 call on the stream it is given, without allocating or synchronizing.
 
+DeepGEMM's own timers, ``bench_kineto`` (seconds per call) and ``bench`` (milliseconds per call), are here too, on
+this timer, so that DeepGEMM's tests and scripts run unchanged against this library (docs/deepgemm.md).
+
 Everything here imports on a machine without a GPU; the CUDA driver is touched only when a function runs.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -32,6 +38,7 @@ class Timing:
     pairs: int
     flush_us: float = float("nan")  # one L2 flush, for reference
     nodes_per_call: float | None = None  # graph nodes one call added to the timed stream (None: not counted)
+    kernels_per_call: float | None = None  # of those, kernel launches (None: not counted)
 
     def tflops(self, flop_count: int) -> float:
         return flop_count / self.median_us / 1e6 if self.median_us > 0 else float("nan")
@@ -120,8 +127,37 @@ def _elapsed_ms(stream: int, enqueue: Callable[[], None]) -> float:
         driver.cuEventDestroy(end)
 
 
+def _node_counts(graph) -> tuple[int | None, int | None]:
+    """(all nodes, kernel nodes) of a captured graph; None for a count the driver could not give."""
+    driver = _driver()
+    err, _, count = driver.cuGraphGetNodes(graph, 0)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return None, None
+    if not count:
+        return 0, 0
+    err, nodes, count = driver.cuGraphGetNodes(graph, count)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        return None, None
+    kernels = 0
+    for node in nodes[:count]:
+        err, node_type = driver.cuGraphNodeGetType(node)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return int(count), None
+        kernels += node_type == driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+    return int(count), kernels
+
+
+def _per_call(counts: list, calls: int, index: int) -> float | None:
+    """What one call added to the graph: counts[0] (the graph with the calls) less counts[1] (without them, when
+    captured), divided by ``calls``; None if a count is missing. ``index``: 0 for all nodes, 1 for kernel nodes."""
+    values = [count[index] for count in counts]
+    if None in values:
+        return None
+    return (values[0] - sum(values[1:])) / calls
+
+
 def _capture(stream: int, enqueue: Callable[[], None], counts: list | None = None):
-    """Record what ``enqueue`` puts on ``stream`` into an instantiated graph (its node count appended to
+    """Record what ``enqueue`` puts on ``stream`` into an instantiated graph (its (nodes, kernel nodes) appended to
     ``counts``: work a call put on another stream is in no node, and runs untimed).
 
     Relaxed mode: the libraries we time (Numba, torch, cuda.core) may make driver calls that the stricter
@@ -143,8 +179,7 @@ def _capture(stream: int, enqueue: Callable[[], None], counts: list | None = Non
                            "host or synchronize; run it once before timing") from error
     try:
         if counts is not None:
-            err, _, count = driver.cuGraphGetNodes(graph, 0)
-            counts.append(int(count) if err == driver.CUresult.CUDA_SUCCESS else None)
+            counts.append(_node_counts(graph))
         return _check(driver.cuGraphInstantiate(graph, 0))
     finally:
         driver.cuGraphDestroy(graph)
@@ -185,7 +220,6 @@ def bench_kernel(launch: Callable[[int], None], *, flush_bytes: int = FLUSH_BYTE
     counts: list = []
     with_calls = _capture(stream, pairs_of_flush_and_call, counts)
     flushes = _capture(stream, flushes_only, counts)
-    nodes_per_call = (counts[0] - counts[1]) / pairs if None not in counts else None
     try:
         if before_replay is not None:
             before_replay()
@@ -201,7 +235,7 @@ def bench_kernel(launch: Callable[[int], None], *, flush_bytes: int = FLUSH_BYTE
         driver.cuGraphExecDestroy(with_calls)
         driver.cuGraphExecDestroy(flushes)
     return Timing(statistics.median(samples), min(samples), samples, pairs, statistics.median(flush_samples),
-                  nodes_per_call)
+                  _per_call(counts, pairs, 0), _per_call(counts, pairs, 1))
 
 
 def bench_back_to_back(launch: Callable[[int], None], *, calls: int = 50, reps: int = 5,
@@ -223,4 +257,117 @@ def bench_back_to_back(launch: Callable[[int], None], *, calls: int = 50, reps: 
     finally:
         driver.cuGraphExecDestroy(graph)
     return Timing(statistics.median(samples), min(samples), samples, calls,
-                  nodes_per_call=counts[0] / calls if counts and counts[0] is not None else None)
+                  nodes_per_call=_per_call(counts, calls, 0), kernels_per_call=_per_call(counts, calls, 1))
+
+
+# ------------------------------------------------------------------------------------- DeepGEMM's timers
+
+def torch_launch(fn: Callable[[], None]) -> Callable[[int], None]:
+    """``fn()``, torch work enqueued on torch's current stream, as a ``launch(stream)`` for the timers above: each
+    call runs with ``stream`` as torch's current stream.
+
+    What ``fn`` allocates (a scale conversion does) comes from torch's caching allocator as usual: the first call,
+    outside any capture, leaves the block cached, each captured call takes it and frees it again, and the replays
+    follow the capture with no torch allocation between them, so nothing else holds the block they write."""
+    import torch
+    streams: dict[int, object] = {}
+
+    def launch(stream: int) -> None:
+        if stream not in streams:
+            streams[stream] = torch.cuda.ExternalStream(stream)
+        with torch.cuda.stream(streams[stream]):
+            fn()
+
+    return launch
+
+
+def _torch_with_cuda(caller: str):
+    try:
+        import torch
+    except ImportError as error:
+        raise RuntimeError(f"{caller} times torch work on a CUDA GPU: torch is not installed") from error
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"{caller} needs a CUDA GPU: torch.cuda.is_available() is False")
+    return torch
+
+
+@contextlib.contextmanager
+def _output_silenced(silenced: bool):
+    """stdout and stderr to /dev/null at the file descriptors (kineto and CUDA libraries print from C++), with
+    sys.stdout and sys.stderr."""
+    if not silenced:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    try:
+        with open(os.devnull, "w") as null:
+            for fd in saved:
+                os.dup2(null.fileno(), fd)
+            with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+                yield
+    finally:
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def bench_kineto(fn: Callable[[], None], kernel_names, num_tests: int = 30, suppress_kineto_output: bool = False,
+                 trace_path: str | None = None, barrier_comm_profiling: bool = False, flush_l2: bool = True,
+                 with_multiple_kernels: bool = False):
+    """DeepGEMM's ``bench_kineto`` on this module's timer: seconds per call of ``fn()`` (torch work on torch's current
+    stream, CUDA-graph capturable), as a float, or a tuple of it, one per name, when ``kernel_names`` is a tuple.
+
+    DeepGEMM averages the profiled durations of the kernels whose names contain ``kernel_names``. Here ``fn`` is
+    captured in a CUDA graph and the whole call is timed, everything it enqueues included: ``num_tests`` (L2 flush;
+    call) pairs less the flushes (:func:`bench_kernel`), or with ``flush_l2=False`` ``num_tests`` calls back to back
+    (:func:`bench_back_to_back`). ``kernel_names`` (a str or a tuple of str) therefore selects the return shape only.
+    ``with_multiple_kernels=True``: DeepGEMM's mean per kernel launch, here the call's time divided by the kernel
+    nodes one call adds to the graph (helper kernels such as a scale transpose count as launches, where DeepGEMM
+    counts only the named kernel; the time per call if the driver cannot list the nodes). ``trace_path``: ``num_tests`` more calls under torch's profiler, written there as a
+    Chrome trace. ``suppress_kineto_output``: stdout and stderr silenced from the second call on (the first, where
+    kernels are built, prints as DeepGEMM's does). ``barrier_comm_profiling`` (DeepGEMM evens out several ranks'
+    launch overhead before timing communication) is not supported: ValueError.
+    """
+    torch = _torch_with_cuda("bench_kineto")
+    is_tuple = isinstance(kernel_names, tuple)
+    names = kernel_names if is_tuple else (kernel_names,)
+    if not all(isinstance(name, str) for name in names) or not (is_tuple or isinstance(kernel_names, str)):
+        raise TypeError(f"bench_kineto: kernel_names must be a str or a tuple of str, got {kernel_names!r}")
+    if barrier_comm_profiling:
+        raise ValueError("bench_kineto: barrier_comm_profiling is not supported (a graph replay of one rank's calls "
+                         "times no launch overhead to even out, and no collective across ranks)")
+    fn()
+    torch.cuda.synchronize()  # the timing stream does not wait on torch's streams, where the operands were made
+    device = torch.cuda.current_device()
+    with _output_silenced(suppress_kineto_output):
+        launch = torch_launch(fn)
+        timing = (bench_kernel(launch, pairs=num_tests, device=device) if flush_l2
+                  else bench_back_to_back(launch, calls=num_tests, device=device))
+        if trace_path is not None:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profiler:
+                for _ in range(num_tests):
+                    fn()
+                torch.cuda.synchronize()
+            profiler.export_chrome_trace(trace_path)
+    seconds = timing.median_us * 1e-6
+    if timing.kernels_per_call == 0:
+        raise RuntimeError("bench_kineto: fn enqueued no kernel on torch's current stream; there is nothing to time")
+    if with_multiple_kernels and timing.kernels_per_call is not None:
+        seconds /= timing.kernels_per_call
+    return tuple(seconds for _ in names) if is_tuple else seconds
+
+
+def bench(fn: Callable[[], None], num_warmups: int = 5, num_tests: int = 10, high_precision: bool = False) -> float:
+    """DeepGEMM's ``bench``: milliseconds per call of ``fn()`` (torch work on torch's current stream, CUDA-graph
+    capturable) over ``num_tests`` calls back to back, L2 not flushed between them, after ``num_warmups`` calls
+    (:func:`bench_back_to_back`). DeepGEMM times the calls from the host and, with ``high_precision``, first queues a
+    large matmul so that the launches run ahead of the GPU; a graph replay has no host launches in it, so
+    ``high_precision`` changes nothing here."""
+    torch = _torch_with_cuda("bench")
+    for _ in range(num_warmups):
+        fn()
+    torch.cuda.synchronize()  # the timing stream does not wait on torch's streams, where the operands were made
+    timing = bench_back_to_back(torch_launch(fn), calls=num_tests, device=torch.cuda.current_device())
+    return timing.median_us / 1e3
