@@ -3,9 +3,11 @@
     python -m gemm sanitize                                   # the default jobs: ragged shapes, both epilogues
     python -m gemm sanitize 1000,2112,512 "520,2112,1024@block_m=256,block_n=128,stages=2,d_buffer=(128,64)"
     python -m gemm sanitize --tools memcheck "300,2112,512@out_dtype='f32',accumulate=True"
+    python -m gemm sanitize "300,232,272@wgrad" "520,4096,1040@wgrad,block_m=64,block_n=128"
 
 A job is ``M,N,K`` (the heuristics' config) or ``M,N,K@field=value,...`` (that config with overrides, as
-``python -m gemm bench configs`` takes them). Each job runs once under each tool in a child process
+``python -m gemm bench configs`` takes them); ``M,N,K@wgrad[,field=value,...]`` is the weight-gradient GEMM
+(1x128 scales on both operands, FP32 D += A*B^T; K any multiple of 16) with the wgrad heuristics' config. Each job runs once under each tool in a child process
 (``python -m gemm.testing.sanitize --once ...``, also the target for ncu), which checks its output (NaN-poisoned D,
 every element written, calc_diff against float64). Exit 0 only when every run is clean and correct; a missing
 compute-sanitizer or GPU is a message and exit 2, never a silent pass.
@@ -22,7 +24,7 @@ import numpy as np
 from gemm.shapes import parse_shape_list
 
 DEFAULT_JOBS = ("2048,2048,512", "1000,2112,512", "4096,4096,512", "1000,2112,512@epilogue='staged'",
-                "300,2112,512@out_dtype='f32',accumulate=True")
+                "300,2112,512@out_dtype='f32',accumulate=True", "300,232,272@wgrad", "1000,2112,1040@wgrad")
 TOOLS = ("memcheck", "racecheck", "synccheck")
 
 
@@ -34,8 +36,48 @@ def parse_job(text: str) -> tuple[tuple[int, int, int], str]:
     return shapes[0], overrides
 
 
+def run_wgrad_once(m: int, n: int, k: int, overrides: str = "") -> int:
+    """One weight-gradient call (D += A*B^T, 1x128 scales on both) on fresh inputs, checked against float64."""
+    import ast
+    from numba import cuda
+
+    from gemm import dispatch
+    from gemm.fp8 import E4M3, align, calc_diff, ceil_div, dequantize_per_token
+    from gemm.heuristics import choose_wgrad_config
+    from gemm.testing.problems import mn_major_view
+    from gemm.validate import check_wgrad_args
+    rng = np.random.default_rng()
+    kb = ceil_div(k, 128)
+    a = rng.standard_normal((m, k)).astype(np.float32).astype(E4M3)
+    b = rng.standard_normal((n, k)).astype(np.float32).astype(E4M3)
+    sa, sb = (rng.uniform(0.5, 2.0, (rows, kb)).astype(np.float32) for rows in (m, n))
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    fields = dict((name, ast.literal_eval(value)) for name, _, value in
+                  (part.partition("=") for part in overrides.split(",") if part))
+    config = choose_wgrad_config(m, n, k).replace(**fields)
+    print(f"wgrad {m}x{n}x{k}: {config.describe()}")
+
+    def scales(values, rows):
+        storage = np.zeros((kb, align(rows, 4)), np.float32)
+        storage[:, :rows] = values.T
+        return mn_major_view(cuda.to_device(storage), rows)
+    d = cuda.to_device(c)
+    args = check_wgrad_args(cuda.to_device(a.view(np.uint8)), scales(sa, m), cuda.to_device(b.view(np.uint8)),
+                            scales(sb, n), d)
+    dispatch.run(args, None, config)
+    cuda.synchronize()
+    got = d.copy_to_host()
+    want = c + dequantize_per_token(a, sa) @ dequantize_per_token(b, sb).T
+    finite = np.isfinite(got).all()
+    diff = calc_diff(got, want)
+    print(f"wgrad {m}x{n}x{k}: diff {diff:.2e}, all finite: {finite}")
+    return 0 if finite and diff < 1e-6 else 1
+
+
 def run_once(m: int, n: int, k: int, overrides: str = "") -> int:
     """One production call on fresh inputs, checked: what each sanitizer run (and ncu) executes."""
+    if overrides.split(",")[0] == "wgrad":
+        return run_wgrad_once(m, n, k, overrides[len("wgrad"):].lstrip(","))
     from numba import cuda
 
     from gemm.api import gemm
