@@ -45,7 +45,8 @@ STAGES = {
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 # Topic lessons (lessons/<name>.py): one subject told across the stages, not a rung of the ladder. No stage number,
 # none of the stage contract above; ``python -m lessons`` and the ladder never load them.
-TOPICS = {"moe_grouped": "grouped GEMMs for MoE: the contiguous and the masked layout, and their tile walks"}
+TOPICS = {"moe_grouped": "grouped GEMMs for MoE: the contiguous and the masked layout, and their tile walks",
+          "training_recipe": "FP8 training's forward, dgrad and wgrad GEMMs: their scales, and the precision of each"}
 
 
 def stage(number: int):

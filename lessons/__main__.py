@@ -11,6 +11,7 @@ grade an exercise; redraw the course's figures; write, check or execute its note
     python -m lessons figures [--check]  # redraw docs/figures/*.png from the kernels' layout functions (no GPU)
     python -m lessons notebooks [--check]  # write notebooks/*.ipynb from lessons/notebooks/ (no GPU)
     python -m lessons notebooks --execute [05 precision]  # run them and store their outputs (GPU ones on a GPU)
+    python -m lessons precision [--training]  # FP8 precision tables; --training: forward, dgrad, wgrad (no GPU)
     python -m lessons calibrate --stages 4-10   # the grader's thresholds from the stages' own code (GPU)
     python -m lessons docs --check      # are docs/ and the stages' "Measured:" lines up to date with results/?
 """
@@ -192,10 +193,27 @@ def _add_calibrate(commands) -> None:
 
 
 def _add_precision(commands) -> None:
-    text = "the precision tables: scaling granularity, accumulation with and without promotion (CPU, no GPU)"
+    text = ("the precision tables: scaling granularity, accumulation with and without promotion; --training: a "
+            "training step's three GEMMs (forward, dgrad, wgrad), into results/training_precision.json (CPU, no GPU)")
     parser = commands.add_parser("precision", help=text, description=text)
     parser.add_argument("--seed", type=int, default=0, help="random operands' seed (default 0)")
-    parser.set_defaults(run=lambda args: __import__("lessons.precision").precision.print_tables(args.seed) or 0)
+    parser.add_argument("--training", action="store_true", help="the training recipe's GEMMs against the "
+                        "alternatives (lessons/training_recipe.py); writes training_precision.json")
+    parser.add_argument("--out", type=Path, default=None, help="--training: folder for training_precision.json "
+                        "(default: as ladder's)")
+    parser.set_defaults(run=_precision)
+
+
+def _precision(args) -> int:
+    if args.out is not None and not args.training:
+        print("python -m lessons precision: --out is where --training writes; the other tables are only printed")
+        return 2
+    if args.training:
+        from lessons.training_recipe import run
+        return run(args.seed, args.out)
+    from lessons.precision import print_tables
+    print_tables(args.seed)
+    return 0
 
 
 def _add_docs(commands) -> None:

@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 
 from gemm.testing.records import Column, format_table, read_result, three_digits
-from lessons import results_store
+from lessons import results_store, training_recipe
 from lessons.ablate import format_ablation_table
 from lessons.ladder import (BOUNDS, CLOCK_NOTE, DOC_COLUMNS, LADDER_SHAPE, UNIT_COLUMNS, percent, speed_of_light,
                             unit_rows, with_bounds)
@@ -213,6 +213,29 @@ def grouped_block(result: dict) -> str:
     return "\n".join(lines)
 
 
+def wgrad_block(result: dict) -> str:
+    """The weight-gradient GEMMs beside DeepGEMM (gemm bench wgrad): TFLOP/s per contender and the ratio."""
+    peers = sorted({name for row in result["rows"] for name in row.get("tflops", {}) if name.startswith("deepgemm")})
+    columns = ([Column("shape", "M x N x K (tokens)", "{}"), Column("ours", "ours TFLOP/s", "{:.0f}")] +
+               [Column(name, f"{name} TFLOP/s", "{:.0f}") for name in peers] +
+               [Column("ratio", "ours / DeepGEMM", "{:.3f}"), Column("status", "check", "{}")])
+    rows = []
+    for row in result["rows"]:
+        failed = [name for name in row.get("errors", {}) if name.startswith("deepgemm")]
+        rows.append({"shape": (f"k-grouped G={row['groups']} " if "groups" in row else "") +
+                     f"{row['M']}x{row['N']}x{row['K']}",
+                     **{name: row.get("tflops", {}).get(name, float("nan")) for name in ["ours"] + peers},
+                     "ratio": row.get("ours_vs_best_deepgemm", float("nan")),
+                     "status": row["status"] + (f"; {', '.join(failed)}: wrong output" if failed else "")})
+    summary = result.get("summary", {})
+    lines = [describe_device(result), "", format_table(columns, rows, markdown=True)]
+    if "geomean_ours_vs_deepgemm" in summary:
+        lines += ["", f"ours / DeepGEMM: geomean {summary['geomean_ours_vs_deepgemm']:.3f} over "
+                      f"{summary['compared']} shapes, {summary['at_or_above']} at or above 1.0, lowest "
+                      f"{summary['lowest']:.3f}, highest {summary['highest']:.3f}."]
+    return "\n".join(lines)
+
+
 def grading_block(grading: dict) -> str:
     """The grader's per-stage thresholds (results/grading.json, python -m lessons calibrate) and the shares of the
     speed-of-light bound the stage's own code reached in the run they were set from."""
@@ -248,9 +271,16 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     grouped_json = results / "grouped_bench.json"
     blocks["grouped_bench_results"] = grouped_block(read_result(grouped_json)) if grouped_json.exists() else \
         _missing("python -m gemm bench grouped", "grouped_bench.json")
+    wgrad_json = results / "wgrad.json"
+    blocks["wgrad_results"] = wgrad_block(read_result(wgrad_json)) if wgrad_json.exists() else \
+        _missing("python -m gemm bench wgrad --deepgemm deepgemm-2507=FOLDER", "wgrad.json")
     grading_json = results / "grading.json"
     if grading_json.exists():
         blocks["grading_thresholds"] = grading_block(json.loads(grading_json.read_text()))
+    training_json = results / training_recipe.RESULT_NAME
+    blocks["training_precision"] = training_recipe.markdown_block(read_result(training_json)) \
+        if training_json.exists() else (f"_No result yet: run `{training_recipe.COMMAND}` (CPU, seconds), commit "
+                                         f"`results/{training_recipe.RESULT_NAME}`, then `python -m lessons docs`._")
     for sweep in (results / "ffma_pass.json", results / "multicast.json", results / "pdl_back_to_back.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))

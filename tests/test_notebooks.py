@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 TOPIC_NOTEBOOKS = [NOTEBOOK_DIR / "precision.ipynb",  # not a stage: the numerics of FP8 scaling and promotion
-                   NOTEBOOK_DIR / "moe_grouped.ipynb"]  # not a stage: MoE grouped GEMMs, their layouts and walks
+                   NOTEBOOK_DIR / "moe_grouped.ipynb",  # not a stage: MoE grouped GEMMs, their layouts and walks
+                   NOTEBOOK_DIR / "training_recipe.ipynb"]  # not a stage: forward, dgrad and wgrad in FP8
 CELL_TIMEOUT_S = 600  # a GPU run compiles kernels and times the ladder shape; the CPU run takes seconds
 
 

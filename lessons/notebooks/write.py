@@ -25,7 +25,7 @@ from pathlib import Path
 
 import lessons
 from lessons.notebooks import (CHECKOUT, moe_grouped, precision, stage_00, stage_01, stage_02, stage_03, stage_04,
-                               stage_05, stage_06, stage_07, stage_08, stage_09, stage_10, stage_11)
+                               stage_05, stage_06, stage_07, stage_08, stage_09, stage_10, stage_11, training_recipe)
 from lessons.notebooks.cells import figure_cells
 from lessons.notebooks.emulator import break_it_cells, emulator_cells
 from lessons.notebooks.exercise import exercise_cells
@@ -50,6 +50,7 @@ def build() -> dict[str, dict]:
         cells += exercise_cells(number)  # every stage notebook ends with its course exercise
     books["precision"] = precision.cells()
     books["moe_grouped"] = moe_grouped.cells()
+    books["training_recipe"] = training_recipe.cells()
     return {name: notebook(name, cells) for name, cells in books.items()}
 
 
