@@ -18,6 +18,8 @@ kernel per N serves every token count) and K need only be a multiple of 16. Deep
 """
 from __future__ import annotations
 
+import math
+
 from gemm import dispatch
 from gemm.fp8 import GROUP, ceil_div
 from gemm.validate import check_wgrad_args
@@ -99,7 +101,7 @@ def k_grouped_operands(lhs, rhs, out, k_sizes):
     expected = {"a": (m * total_k,), "b": (n * total_k,), "sa": (total_kb, m), "sb": (total_kb, n)}
     for name, value in (("a", a), ("b", b), ("sa", sa), ("sb", sb)):
         shape = tuple(getattr(value, "shape", ()))
-        flat = name in ("a", "b") and len(shape) >= 1 and _numel(shape) == expected[name][0]
+        flat = name in ("a", "b") and len(shape) >= 1 and math.prod(int(x) for x in shape) == expected[name][0]
         if shape != expected[name] and not flat:
             raise ValueError(f"{name} must have shape {expected[name]} for out {tuple(out.shape)} and k_sizes "
                              f"{sizes} (DeepGEMM's k-grouped layout), got {shape}; "
@@ -112,13 +114,6 @@ def k_grouped_operands(lhs, rhs, out, k_sizes):
             yield ((_reshape(a[offset_a:offset_a + m * k], (m, k)), sa[offset_s:offset_s + kb]),
                    (_reshape(b[offset_b:offset_b + n * k], (n, k)), sb[offset_s:offset_s + kb]), out[group])
         offset_a, offset_b, offset_s = offset_a + m * k, offset_b + n * k, offset_s + kb
-
-
-def _numel(shape) -> int:
-    count = 1
-    for x in shape:
-        count *= int(x)
-    return count
 
 
 def _flat(x):

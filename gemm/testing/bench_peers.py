@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,7 +24,7 @@ import numpy as np
 
 from gemm.testing.bench_dense import BENCH_SHAPES, parse_shapes
 from gemm.testing.bench_grouped import CONTIGUOUS_SHAPES, MASKED_SHAPES, grouped_problem
-from gemm.testing.deepgemm_peer import DeepGemmProcess, dense_payload, parse_deepgemm, warm
+from gemm.testing.deepgemm_peer import DeepGemmProcess, dense_payload, parse_deepgemm, start_peers
 from gemm.testing.peers import CublasBlockwise
 from gemm.testing.problems import (TorchProblem, check_rows, flops, gemm_bytes, poison_torch, random_problem,
                                    reference_rows, torch_output_parts)
@@ -260,18 +259,8 @@ def run(args) -> int:
     rng = np.random.default_rng()
     grouped = ([("contiguous", *s) for s in CONTIGUOUS_SHAPES] + [("masked", *s) for s in MASKED_SHAPES]
                if args.grouped else [])
-    if args.deepgemm:
-        started = time.perf_counter()
-        jobs = [("dense", 1, m, n, k) for m, n, k in args.shapes] + [tuple(g) for g in grouped]
-        for problem in warm(args.deepgemm, jobs, processes=args.warm_processes):
-            print(f"warm-up: {problem}")
-        print(f"DeepGEMM kernels compiled in {time.perf_counter() - started:.0f} s")
-    processes = []
-    for tree in args.deepgemm:
-        try:
-            processes.append(DeepGemmProcess(tree))
-        except RuntimeError as error:  # a peer that cannot start is reported, and the run goes on without it
-            print(f"{tree.name}: not timed: {error}")
+    jobs = [("dense", 1, m, n, k) for m, n, k in args.shapes] + [tuple(g) for g in grouped]
+    processes = start_peers(args.deepgemm, jobs, warm_processes=args.warm_processes)
     rows = []
     try:
         for m, n, k in tqdm(args.shapes, desc="gemm bench dense", unit="shape"):

@@ -13,14 +13,15 @@ rounds. Bytes counted: A and B once, D read and written in FP32. Writes ``result
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
 
 from gemm.fp8 import GROUP, calc_diff, ceil_div
 from gemm.testing.bench_peers import OURS, Contender, _drop, run_contenders
-from gemm.testing.deepgemm_peer import DeepGemmProcess, parse_deepgemm, warm, wgrad_payload, wgrad_residual
+from gemm.testing.deepgemm_peer import (DeepGemmProcess, parse_deepgemm, start_peers, wgrad_payload,
+                                        wgrad_residual)
+from gemm.testing.problems import torch_output_values
 from gemm.testing.records import Column, command_line, device_info, format_table, write_result
 from gemm.testing.timer import bench_kernel
 
@@ -122,9 +123,7 @@ def _local_wgrad(problem: WgradProblem, launch=None) -> Contender:
         problem.out.copy_(problem.residual)
         launch(torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()
-        flat = problem.out.reshape(-1, problem.n)
-        picked = flat.index_select(0, torch.as_tensor(problem.rows, device=flat.device))
-        return problem.check(int(torch.isnan(flat).sum().item()), picked.cpu().numpy())
+        return problem.check(*torch_output_values(problem.out, problem.rows))
 
     def timed():
         timing = bench_kernel(launch)
@@ -230,22 +229,13 @@ def run(args) -> int:
     import torch
     rng = np.random.default_rng()
     from gemm.shapes import parse_shape_list
-    cases = [(m, n, None, k) for m, n, k in (parse_shape_list(args.shapes, 3, "7168,2112,4096") if args.shapes else WGRAD_SHAPES)]
+    shapes = parse_shape_list(args.shapes, 3, "7168,2112,4096") if args.shapes else WGRAD_SHAPES
+    cases = [(m, n, None, k) for m, n, k in shapes]
     if not args.no_grouped:
         cases += [(m, n, uneven_k_sizes(groups, base_k), groups * base_k)
                   for groups, base_k, m, n in K_GROUPED_SHAPES]
-    if args.deepgemm:
-        started = time.perf_counter()
-        jobs = sorted({("wgrad", 1, m, n, k) for m, n, sizes, total in cases for k in (sizes or [total])})
-        for problem in warm(args.deepgemm, jobs, processes=args.warm_processes):
-            print(f"warm-up: {problem}")
-        print(f"DeepGEMM kernels compiled in {time.perf_counter() - started:.0f} s")
-    processes = []
-    for tree in args.deepgemm:
-        try:
-            processes.append(DeepGemmProcess(tree))
-        except RuntimeError as error:
-            print(f"{tree.name}: not timed: {error}")
+    jobs = sorted({("wgrad", 1, m, n, k) for m, n, sizes, total in cases for k in (sizes or [total])})
+    processes = start_peers(args.deepgemm, jobs, warm_processes=args.warm_processes)
     rows = []
     try:
         for m, n, sizes, total_k in cases:

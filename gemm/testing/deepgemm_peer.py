@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gemm.testing.timer import torch_launch
+
 REPLY_TIMEOUT_S = 900  # a first call may JIT-compile (nvcc: 10-20 s; more with many warm-ups sharing the CPUs)
 API = {"dense": "gemm_fp8_fp8_bf16_nt", "contiguous": "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous",
        "masked": "m_grouped_gemm_fp8_fp8_bf16_nt_masked", "wgrad": "wgrad_gemm_fp8_fp8_fp32_nt",
@@ -205,7 +207,7 @@ class _Loaded:
         else:
             masked_m, expected_m = torch.from_numpy(payload["layout_array"]).to(device), payload["expected_m"]
             self._call = lambda: function((a, sa), (b, sb), self.out, masked_m, expected_m)
-        self._streams: dict[int, object] = {}
+        self._launch = torch_launch(lambda: self._call())
 
     def _wgrad(self, deep_gemm, torch, payload: dict, device: str, a, b) -> None:
         sa, sb = (torch.from_numpy(payload[name]).to(device) for name in ("sa", "sb"))
@@ -219,23 +221,18 @@ class _Loaded:
         else:
             sizes = payload["k_sizes"]
             self._call = lambda: function((a, sa), (b, sb), self.out, sizes)
-        self._streams = {}
+        self._launch = torch_launch(lambda: self._call())
 
     def launch(self, stream: int) -> None:
-        if stream not in self._streams:
-            self._streams[stream] = self.torch.cuda.ExternalStream(stream)
-        with self.torch.cuda.stream(self._streams[stream]):
-            self._call()
+        self._launch(stream)
 
     def check(self, rows):
-        from gemm.testing.problems import poison_torch, torch_output_parts
+        from gemm.testing.problems import poison_torch, torch_output_parts, torch_output_values
         if self.out.dtype == self.torch.float32:  # wgrad: D += A*B^T from the residual; the rows' FP32 values
             self.reset()
             self.launch(self.torch.cuda.current_stream().cuda_stream)
             self.torch.cuda.synchronize()
-            flat = self.out.reshape(-1, self.out.shape[-1])
-            picked = flat.index_select(0, self.torch.as_tensor(np.asarray(rows), device=flat.device))
-            return int(self.torch.isnan(flat).sum().item()), picked.cpu().numpy()
+            return torch_output_values(self.out, rows)
         poison_torch(self.out)
         if self.out.is_cuda:
             self.launch(self.torch.cuda.current_stream().cuda_stream)
@@ -374,6 +371,24 @@ def warm(trees: list[DeepGemmTree], jobs: list[tuple], *, processes: int | None 
     return problems
 
 
+def start_peers(trees: list[DeepGemmTree], jobs: list[tuple], *, warm_processes: int | None = None) -> list:
+    """Compile ``jobs``' kernels for every tree (:func:`warm`), then start one :class:`DeepGemmProcess` per tree; a
+    tree that cannot start is reported and left out (the run goes on without it)."""
+    import time
+    if trees:
+        started = time.perf_counter()
+        for problem in warm(trees, jobs, processes=warm_processes):
+            print(f"warm-up: {problem}")
+        print(f"DeepGEMM kernels compiled in {time.perf_counter() - started:.0f} s")
+    processes = []
+    for tree in trees:
+        try:
+            processes.append(DeepGemmProcess(tree))
+        except RuntimeError as error:
+            print(f"{tree.name}: not timed: {error}")
+    return processes
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
@@ -392,4 +407,4 @@ if __name__ == "__main__":
 
 
 __all__ = ["DeepGemmTree", "DeepGemmProcess", "parse_deepgemm", "dense_payload", "grouped_payload", "wgrad_payload",
-           "wgrad_residual", "warm"]
+           "wgrad_residual", "warm", "start_peers"]

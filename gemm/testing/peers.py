@@ -11,7 +11,7 @@ import numpy as np
 from gemm.fp8 import align
 from gemm.testing.problems import (Reference, check_output, flops, gemm_bytes, poison_torch, torch_bits, torch_fp8,
                                    torch_m_major)
-from gemm.testing.timer import bench_kernel
+from gemm.testing.timer import bench_kernel, torch_launch
 
 
 class CublasBlockwise:
@@ -36,7 +36,7 @@ class CublasBlockwise:
         padded_kb = torch_m_major(np.asarray(sb).T, device, align(kb, 4))  # (Kb, Nb), strides (1, align(Kb, 4))
         plain_kb = torch_m_major(np.asarray(sb).T, device, kb)
         self.out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
-        self._streams: dict[int, object] = {}
+        self._launch = torch_launch(self._scaled_mm)
         errors = []
         for scale_b in (padded_kb, plain_kb):
             self.scale_b = scale_b
@@ -49,12 +49,11 @@ class CublasBlockwise:
         raise RuntimeError("torch._scaled_mm refused both blockwise scale layouts: " + " | ".join(errors))
 
     def launch(self, stream: int) -> None:
+        self._launch(stream)
+
+    def _scaled_mm(self) -> None:
         torch = self.torch
-        if stream not in self._streams:
-            self._streams[stream] = torch.cuda.ExternalStream(stream)
-        with torch.cuda.stream(self._streams[stream]):
-            torch._scaled_mm(self.a, self.mat2, self.scale_a, self.scale_b, out_dtype=torch.bfloat16,
-                             out=self.out)
+        torch._scaled_mm(self.a, self.mat2, self.scale_a, self.scale_b, out_dtype=torch.bfloat16, out=self.out)
 
     def checked_run(self, reference: Reference) -> dict:
         poison_torch(self.out)

@@ -94,6 +94,15 @@ def torch_output_parts(out, rows) -> tuple[int, np.ndarray]:
     return int(torch.isnan(flat).sum().item()), torch_bits(picked)
 
 
+def torch_output_values(out, rows) -> tuple[int, np.ndarray]:
+    """(NaN count over all of an FP32 ``out``, its ``rows`` seen as (rows, N) as float32): the FP32 outputs'
+    (wgrad's) counterpart of :func:`torch_output_parts`."""
+    import torch
+    flat = out.reshape(-1, out.shape[-1])
+    picked = flat.index_select(0, torch.as_tensor(np.asarray(rows), device=flat.device))
+    return int(torch.isnan(flat).sum().item()), picked.cpu().numpy()
+
+
 
 # -- on the device: Numba arrays ---------------------------------------------------------------------------
 @dataclass
