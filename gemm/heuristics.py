@@ -37,6 +37,15 @@ FEED_WEIGHT = 72  # see wave_cost
 # wider its 64 x BLOCK_N accumulator: a floor under one wave's time per K block for tiles of one or two warpgroups.
 LATENCY_BASE, LATENCY_PER_COLUMN = 8000, 64
 TILE_OVERHEAD = FEED_WEIGHT * 256
+# Decode (M <= 32): tiles at least 64 wide, and M <= 16 with K >= 4096 and few tiles splits each tile's K blocks
+# over a 2-CTA cluster. Measured on the H100 (results/sweep_decode_split.json): at 16 x 2112 x 7168, 33 tiles of
+# 64 x 64 ran 1.20x faster than the 132 of 64 x 16 the model prefers (a narrow tile's A box is mostly TMA zero-fill
+# and its ring holds 2 KiB of B per stage), and split over 2 CTAs 1.24x; at 1 x 2112 x 7168 1.65x (split), at
+# 1 x 4096 x 7168 1.11x (split), at 32 x 4096 x 7168 1.05x (64 wide, not split: split was 1% slower than
+# 64 x 32). Not at K = 2048 (1 x 7168 x 2048: split 4% slower, its exchange does not pay for 8 K blocks) nor
+# for M = 64 (64 x 32 stays 2.5% ahead of 64 x 64 at 64 x 4096 x 7168).
+DECODE_MAX_M, DECODE_MIN_BLOCK_N = 32, 64
+SPLIT_K_MAX_M, SPLIT_K_MIN_K = 16, 4096
 D_BUFFER_MIN_K = 10240  # from this K on, 256-row tiles store D in passes through a quarter buffer (_choose_config)  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
@@ -124,13 +133,15 @@ def wave_cost(block_m: int, block_n: int) -> int:
 
 
 def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168, fits=None,
-                  groups: int = 1, block_ns=BLOCK_N_CANDIDATES) -> tuple[int, int]:
+                  groups: int = 1, block_ns=BLOCK_N_CANDIDATES, min_block_n: int = 0) -> tuple[int, int]:
     """Fewest modelled cycles: waves x (K blocks x wave_cost + TILE_OVERHEAD); ties go to fewer waves, the larger
     block, then the taller one (two math warpgroups hide each other's promotion: 128 x 64 beat 64 x 128 by 4% at
     128 x 7168 x 2048). The per-tile overhead (prologue, epilogue) matters at small K: at 4096 x 32768 x 512,
     4096 tiles of 256 x 128 beat 5472 of 128 x 192 by 3%, while at K = 7168 and 8192 the 128 x 192 ones win.
     ``groups``: ``groups`` problems of M rows each (the masked grouped GEMM: tiles are counted per group).
-    ``block_ns``: the BLOCK_N to try."""
+    ``block_ns``: the BLOCK_N to try; ``min_block_n``: none narrower than this (decode; unless none is left)."""
+    if min_block_n and any(block_n >= min(min_block_n, n) for block_n in block_ns):
+        block_ns = tuple(block_n for block_n in block_ns if block_n >= min(min_block_n, n))
     best_key, best = None, None
     for block_m in BLOCK_M_CANDIDATES:
         if block_m > 64 and m <= 64 or block_m > 128 and m <= 128:
@@ -177,9 +188,12 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
     def fits(block_m: int, block_n: int) -> bool:  # at least 3 stages in this device's shared memory
         trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue, out_dtype=out_dtype)
         return max_stages(trial, n, k, limit=3, budget=device.shared_limit) >= 3
-    block_m, block_n = choose_blocks(m, n, device.sm_count, staged=n % 8 != 0, k=k, fits=fits)
+    block_m, block_n = choose_blocks(m, n, device.sm_count, staged=n % 8 != 0, k=k, fits=fits,
+                                     min_block_n=DECODE_MIN_BLOCK_N if m <= DECODE_MAX_M else 0)
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)
-    persistent = ceil_div(m, block_m) * ceil_div(n, block_n) > device.sm_count
+    tile_count = ceil_div(m, block_m) * ceil_div(n, block_n)
+    persistent = tile_count > device.sm_count
+    split_k = 2 if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K and 2 * tile_count <= device.sm_count else 1
     # Programmatic dependent launch: a call's prologue overlaps the previous call's tail. Back to back (50 calls in
     # one graph, results/pdl_back_to_back.json) 1-11% faster per call at M <= 128 (one wave of one-CTA tiles); 3-4%
     # slower at 256 x 7168 x 2048 (two runs) and 1-4% at the persistent 4096 x 4096 x 7168 (three): off there.
@@ -187,7 +201,7 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
                           persistent=persistent,
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
                           epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate,
-                          pdl=m <= 128 and not persistent)
+                          pdl=m <= 128 and not persistent, split_k=split_k)
     stages = max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit)
     # Long K: D through a quarter of the tile, if that buys a ring stage. Measured on 256 x 128 tiles
     # (results/sweep_d_buffer.json): +8% at K = 16384, -1% at 7168, -5..-16% at K <= 2048, where the three waits

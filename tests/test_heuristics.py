@@ -7,8 +7,9 @@ import pytest
 
 from gemm.testing.bench_dense import BENCH_SHAPES
 from gemm.fp8 import ceil_div
-from gemm.heuristics import (BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES, H100, TILE_OVERHEAD, DeviceFacts,
-                             _choose_config, choose_blocks, choose_config, wave_cost)
+from gemm.heuristics import (BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES, DECODE_MAX_M, DECODE_MIN_BLOCK_N, H100,
+                             SPLIT_K_MAX_M, SPLIT_K_MIN_K, TILE_OVERHEAD, DeviceFacts, _choose_config, choose_blocks,
+                             choose_config, wave_cost)
 from gemm.kernel import SharedPlan
 
 
@@ -24,12 +25,22 @@ def test_every_shape_gets_the_cheapest_valid_config_that_fits(m, n, k):
     plan.check()
     assert plan.shared_bytes <= H100.shared_limit and config.stages >= 3
     assert (config.epilogue == "tma") == (n % 8 == 0)
+    narrowest = DECODE_MIN_BLOCK_N if m <= DECODE_MAX_M else 0  # decode: tiles at least 64 wide
     best = min(modelled(m, n, k, bm, bn, 132) for bm, bn in itertools.product(BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES)
                if not (bm > 64 and m <= 64 or bm > 128 and m <= 128 or bm == 256 and bn > 128
-                       or n % 8 and bn & (bn - 1)))
+                       or n % 8 and bn & (bn - 1) or bn < narrowest))
     assert modelled(m, n, k, config.block_m, config.block_n, 132) == best
     tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
     assert config.persistent == (tiles > 132)  # one wave: one CTA per tile, nothing to walk
+    # decode with few tiles and long K: each tile's K blocks split over a 2-CTA cluster
+    assert config.split_k == (2 if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K and 2 * tiles <= 132 else 1)
+
+
+def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():
+    assert (choose_config(16, 2112, 7168, H100).block_n, choose_config(16, 2112, 7168, H100).split_k) == (64, 2)
+    assert choose_config(32, 4096, 7168, H100).split_k == 1  # M = 32: wide tiles, no split
+    assert choose_config(1, 7168, 2048, H100).split_k == 1  # K = 2048: the exchange does not pay
+    assert choose_config(64, 2112, 7168, H100).block_n == 16  # M = 64 keeps the model's narrow tiles
 
 
 @pytest.mark.parametrize("m, n, k", [(4096, 2112, 7168), (2048, 8448, 4096), (1536, 1536, 8192)])

@@ -44,6 +44,11 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   more registers per thread). K is wgrad's token axis, different at every step and, k-grouped, for every expert,
   so a 1x128 kernel takes its K-block count as a parameter (``k_blocks``): one kernel per (config, N) serves
   every K, and K need only be a multiple of 16 (TMA zero-fills the last block).
+* ``split_k``: S = 2, 4 or 8 CTAs of a cluster share one tile's K blocks (decode: fewer tiles than SMs, each CTA's
+  K loop a chain of dependent round trips). CTA rank r computes K blocks [r*Kb/S, (r+1)*Kb/S) into its totals;
+  the others write theirs into their own (idle) ring, a cluster barrier publishes them, and rank 0 reads them
+  through distributed shared memory (``ld.shared::cluster``), adds them and runs the epilogue. One tile per
+  cluster (persistent=False), the 128x128 forward kernel only.
 """
 from __future__ import annotations
 
@@ -65,6 +70,7 @@ OUT_BYTES = {"bf16": 2, "f32": 4}  # bytes per element of D
 POST_PASSES = {"ffma_deepgemm": "deepgemm", "ffma_every_other": "every_other"}
 GEMM_TYPES = ("normal", "contiguous", "masked")
 B_SCALES = ("128x128", "1x128")  # B's scale granularity: per 128x128 weight block, or per row and K group (wgrad)
+SPLIT_K = (1, 2, 4, 8)  # CTAs sharing a tile's K blocks: a power of two up to the portable cluster size
 CONTIGUOUS_ALIGNMENT = 128  # rows: every group of an m-grouped contiguous A starts at a multiple of this
 # FP32 registers a math thread may spend on totals, accumulators and column scales: 256x128 forward tiles (192)
 # fit under setmaxnreg 232 with their addresses; 256x144 (216) did not
@@ -89,6 +95,7 @@ class KernelConfig:
     d_buffer: tuple[int, int] | None = None
     pdl: bool = False  # programmatic dependent launch: the prologue overlaps the previous kernel's tail
     b_scales: str = "128x128"
+    split_k: int = 1
 
     def __post_init__(self):
         if self.block_m not in (64, 128, 256):
@@ -176,9 +183,22 @@ class KernelConfig:
             raise ValueError("b_scales='1x128' (wgrad) loads B's scales with each stage: it needs "
                              "producer='warpgroup' and gemm_type='normal' (k-grouped wgrad runs one such kernel per "
                              "group)")
+        if self.split_k not in SPLIT_K:
+            raise ValueError(f"split_k must be one of {SPLIT_K} (CTAs of a cluster sharing a tile's K blocks), "
+                             f"got {self.split_k}")
+        if self.split_k > 1 and (self.persistent or self.producer != "warpgroup" or self.multicast != 1
+                                 or self.grouped or self.b_scales != "128x128"):
+            raise ValueError("split_k > 1 gives each cluster one tile of the dense forward GEMM: it needs "
+                             "persistent=False, producer='warpgroup', multicast=1, gemm_type='normal' and "
+                             "b_scales='128x128'")
         if self.gemm_type == "masked" and not self.persistent:
             raise ValueError("gemm_type='masked' walks the groups' tiles in a persistent loop (their count is only "
                              "known on the device): it needs persistent=True")
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs per thread-block cluster: the multicast pair or the split-K group (1: no cluster)."""
+        return max(self.multicast, self.split_k)
 
     @property
     def grouped(self) -> bool:
@@ -252,6 +272,8 @@ class KernelConfig:
             fields.append("programmatic dependent launch")
         if self.b_scales != "128x128":
             fields.append(f"{self.b_scales} B scales")
+        if self.split_k > 1:
+            fields.append(f"K split over {self.split_k} CTAs")
         if self.grouped:
             fields.insert(0, f"m-grouped {self.gemm_type}")
         return ", ".join(fields)
@@ -372,6 +394,17 @@ class SharedPlan:
                              f"more than the {SHARED_LIMIT} a block may have: use fewer stages")
         if c.epilogue == "staged" and not self.d_bytes and c.block_m * staging_pitch(c.block_n) > self.b_region:
             raise ValueError(f"{c.describe()}: the staged epilogue tile does not fit in the A ring; add stages")
+        if c.split_k > 1 and self.partials_bytes > self.sa_region:
+            raise ValueError(f"{c.describe()}: a CTA's partial totals ({self.partials_bytes} bytes) do not fit in "
+                             f"its ring ({self.sa_region} bytes of A and B tiles); add stages")
+        if c.split_k > 1 and self.k and self.kb < c.split_k:
+            raise ValueError(f"{c.describe()}: K={self.k} has {self.kb} K blocks, fewer than the {c.split_k} CTAs "
+                             "that would share them; use a smaller split_k")
+
+    @property
+    def partials_bytes(self) -> int:
+        """Split-K: one CTA's FP32 totals, written into its ring (offset 0) for rank 0 to read."""
+        return self.config.block_m * self.config.block_n * 4
 
 
 def max_stages(config: KernelConfig, n: int, k: int, limit: int = 12, budget: int = SHARED_LIMIT) -> int:
@@ -388,6 +421,6 @@ def tiles(config: KernelConfig, m: int, n: int) -> int:
     return ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
 
 
-__all__ = ["KernelConfig", "SharedPlan", "GEMM_TYPES", "B_SCALES", "CONTIGUOUS_ALIGNMENT",
+__all__ = ["KernelConfig", "SharedPlan", "GEMM_TYPES", "B_SCALES", "SPLIT_K", "CONTIGUOUS_ALIGNMENT",
            "BLOCK_K", "WARPGROUP", "SHARED_LIMIT", "staging_pitch",
            "tma_store_box_columns", "max_stages", "tiles"]

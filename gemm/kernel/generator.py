@@ -76,7 +76,7 @@ class _Kernel:
         self.plan, self.config, self.seams = plan, plan.config, seams
         self.b = KernelBuilder(KERNEL, params=kernel_params(self.config), max_threads=self.config.threads,
                                min_blocks_per_sm=1,
-                               cluster=(self.config.multicast, 1, 1) if self.config.multicast > 1 else None)
+                               cluster=(self.config.cluster_size, 1, 1) if self.config.cluster_size > 1 else None)
 
     def setup(self) -> None:
         b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
@@ -100,6 +100,14 @@ class _Kernel:
         self.k_blocks = str(self.plan.kb) if not c.runtime_k else r("u32", "k_blocks")
         if c.runtime_k:
             e(f"ld.param.u32 {self.k_blocks}, [{b.param('k_blocks')}];")
+        self.k_first, self.rank = "0", None
+        if c.split_k > 1:  # this CTA's K blocks: [rank*Kb/S, (rank+1)*Kb/S), at least one (Kb >= S)
+            self.rank, self.k_first, k_end = r("u32", "rank"), r("u32", "k_first"), r("u32", "k_end")
+            shift = c.split_k.bit_length() - 1
+            e(core.cluster_rank(self.rank), f"mul.lo.u32 {self.k_first}, {self.rank}, {self.plan.kb};",
+              f"add.u32 {k_end}, {self.k_first}, {self.plan.kb};",
+              f"shr.u32 {self.k_first}, {self.k_first}, {shift};", f"shr.u32 {k_end}, {k_end}, {shift};")
+            self.k_blocks = k_end
         self.layout = self.groups = None
         if c.grouped:
             self.layout, self.groups = r("u64", "ptr_layout"), r("u32", "groups")
@@ -117,7 +125,6 @@ class _Kernel:
         if "tmap_d" in self.tmaps:
             e(bulk_copies.prefetch_tensormap(self.tmaps["tmap_d"]))
         b.place(skip)
-        self.rank = None
         if c.multicast > 1:  # the peer's barriers must be initialised before anything may arrive on them
             self.rank = r("u32", "rank")
             e(core.cluster_rank(self.rank), barriers.cluster_sync())
@@ -212,11 +219,46 @@ class _Kernel:
                     self.k_loop(math, sb_tile, c_stage, c_parity, variant)
                     e(f"bra {done};")
                 b.place(done)
+            given = None
+            if c.split_k > 1:
+                given = b.label("partials_given")
+                self.gather_partials(math, given)
             if scheduler.row_bound is not None:  # masked: rows g*M_max + m0.., stored below the group's count
                 epilogue.store(scheduler.a_row, n0, scheduler.row_bound)
             else:
                 epilogue.store(m0, n0)
         epilogue.finish()
+        if given:  # rank 0 completes the second phase it arrived on after reading its peers, then exits
+            e(barriers.cluster_wait())
+            b.place(given)
+
+    def gather_partials(self, math: MathWarpgroups, given: str) -> None:
+        """Split-K: ranks 1.. write their totals into their own ring (thread t's four-total group j at
+        16 (j * threads + t): one coalesced row per j), arrive on the cluster barrier and, after a second phase
+        that rank 0 completes once it has read them, branch to ``given``. Rank 0 waits for the first phase, then
+        adds every peer's totals, read through distributed shared memory, into its own."""
+        b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
+        leader, written = r("pred", "p_rank0"), b.label("partials_written")
+        base = r("u32", "partials")
+        e(f"setp.eq.u32 {leader}, {self.rank}, 0;", f"mad.lo.u32 {base}, {self.tid}, 16, {self.smem};")
+        groups = [total[j:j + 4] for total in math.totals for j in range(0, len(total), 4)]
+        stride = 16 * c.math_threads
+        e(f"@{leader} bra {written};")
+        if c.math_warpgroups > 1:  # the other warpgroup's wgmmas may still read the ring's last stage
+            e(math_barrier(c))
+        e(*(shared_memory.st_shared_v4(base, group, i * stride) for i, group in enumerate(groups)),
+          barriers.cluster_sync(), barriers.cluster_sync(), f"bra {given};")
+        b.place(written)
+        e(barriers.cluster_sync())
+        for peer in range(1, c.split_k):
+            remote = r("u32", "peer_partials")
+            e(shared_memory.mapa(remote, base, peer))
+            for i, group in enumerate(groups):  # the idle wgmma accumulators hold the peer's values
+                first = 4 * (i % (len(math.acc) // 4))
+                loaded = math.acc[first:first + 4]
+                e(shared_memory.ld_shared_cluster_v4(loaded, remote, i * stride),
+                  *(f"add.f32 {total}, {total}, {value};" for total, value in zip(group, loaded)))
+        e(barriers.cluster_arrive())  # the peers may exit once every rank-0 thread has read them
 
     def scheduler(self, name: str) -> TileScheduler:
         return TileScheduler(self.b, self.config, self.plan.n, self.m, name, self.layout, self.groups,
@@ -226,7 +268,7 @@ class _Kernel:
         b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
         kb, more = r("u32", "kb"), r("pred")
         top = b.label("k_block")
-        e(f"mov.u32 {kb}, 0;")
+        e(f"mov.u32 {kb}, {self.k_first};")
         b.place(top)
         if self.config.b_scales == "128x128":
             sb_address = r("u32")
@@ -293,10 +335,14 @@ class _Kernel:
         if first:
             self.tid = thread
         e(f"setp.eq.u32 {leader}, {self.tid}, {0 if first else c.math_threads};")
-        WarpgroupProducer(self.ring, c.registers, leader, end if self.rank else None, self.rank).emit(
-            self.scheduler("pt"))
+        producer_end = b.label("producer_end") if c.split_k > 1 else end
+        WarpgroupProducer(self.ring, c.registers, leader, producer_end if self.rank else None,
+                          self.rank if c.multicast > 1 else None, self.k_first).emit(self.scheduler("pt"))
+        if c.split_k > 1:  # the producer warpgroup takes part in both phases of the math's partials exchange
+            b.place(producer_end)
+            e(barriers.cluster_sync(), barriers.cluster_sync())
         b.place(end)
-        if self.rank:  # neither CTA leaves while the other may still touch its shared memory
+        if c.multicast > 1:  # neither CTA leaves while the other may still touch its shared memory
             e(barriers.cluster_sync())
 
     def build(self) -> str:

@@ -109,18 +109,18 @@ def tensor_maps(config: KernelConfig, pointers: tuple[int, ...], m: int, n: int,
 
 
 def grid(config: KernelConfig, m: int, n: int, sm_count: int, groups: int = 1) -> int:
-    """CTAs to launch: one per tile, or (persistent) one per SM, never more than there are tiles; a multiple of the
+    """CTAs to launch: one per tile (split-K: split_k per tile), or (persistent) one per SM, never more than there are tiles; a multiple of the
     cluster size (a pair's second CTA may find no tile: the kernel handles a lone CTA). Masked grouped GEMMs: at
     most the tiles of G full groups of M (= M_max) rows (the counts in use are known on the device only)."""
     tiles = (groups if config.gemm_type == "masked" else 1) * ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
-    count = min(tiles, sm_count) if config.persistent else tiles
+    count = min(tiles, sm_count) if config.persistent else tiles * config.split_k
     return max(config.multicast, count - count % config.multicast) if count % config.multicast else count
 
 
 @functools.lru_cache(maxsize=4096)
 def _launch_shape(config: KernelConfig, m: int, n: int, k: int, sm_count: int, groups: int) -> tuple:
     """(grid, shared bytes, cluster) of one call: pure functions of the config and shape, so computed once."""
-    cluster = (config.multicast, 1, 1) if config.multicast > 1 else None
+    cluster = (config.cluster_size, 1, 1) if config.cluster_size > 1 else None
     return grid(config, m, n, sm_count, groups), SharedPlan(config, n, compiled_k(config, k)).shared_bytes, cluster
 
 

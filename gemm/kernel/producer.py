@@ -164,11 +164,13 @@ class InlineProducer:
 
 class WarpgroupProducer:
     """Stage 07+'s producer warpgroup: emitted as the body of that warpgroup's branch. ``end``: in a cluster the
-    idle threads go there (the kernel's final cluster barrier) instead of exiting; ``rank``: the cluster rank."""
+    idle threads go there (the kernel's final cluster barriers) instead of exiting; ``rank``: the cluster rank of a
+    multicast pair; ``k_first``: the first K block of every tile (split-K: this CTA's share starts there)."""
 
     def __init__(self, ring: Ring, registers: tuple[int, int] | None, leader: str, end: str | None = None,
-                 rank: str | None = None):
+                 rank: str | None = None, k_first: str = "0"):
         self.ring, self.registers, self.leader, self.end, self.rank = ring, registers, leader, end, rank
+        self.k_first = k_first
 
     def emit(self, scheduler) -> None:
         b, ring, kb = self.ring.b, self.ring, self.ring.k_blocks
@@ -182,7 +184,7 @@ class WarpgroupProducer:
             pair = scheduler.pair_flags(self.rank) if self.rank else None
             k, more = b.reg("u32", "pk"), b.reg("pred")
             top = b.label("produce")
-            b.emit(f"mov.u32 {k}, 0;")
+            b.emit(f"mov.u32 {k}, {self.k_first};")
             b.place(top)
             slot = ring.stage(stage)
             ring.wait(slot.empty, parity, "wait_empty")

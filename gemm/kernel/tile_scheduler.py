@@ -1,6 +1,8 @@
 """The tile scheduler emitter: which (m0, n0) output tiles a CTA computes, and in what order.
 
 * One CTA per tile (stages 06-07): the grid is the tile count and CTA ``t`` computes tile ``t``.
+* Split-K: the grid is split_k CTAs per tile, and the cluster of CTAs ``split_k t .. split_k t + split_k - 1``
+  computes tile ``t`` (each a share of its K blocks).
 * Persistent (stage 08): the grid is the SM count; CTA ``c`` computes tiles ``c, c + grid, c + 2 grid, ...``
   (a static schedule: no atomics, so the producer and the math warpgroups each run their own copy of this
   walk and agree without talking).
@@ -171,6 +173,8 @@ class TileScheduler:
         b, e, r = self.b, self.b.emit, self.b.reg
         tile = self.tile = r("u32", f"{self.name}_tile")
         e(f"mov.u32 {tile}, %ctaid.x;")
+        if self.config.split_k > 1:  # a cluster of split_k consecutive CTAs shares one tile
+            e(f"shr.u32 {tile}, {tile}, {self.config.split_k.bit_length() - 1};")
         if not self.config.persistent:  # the grid is the tile count: exactly one tile, no loop
             if self.config.gemm_type == "contiguous":
                 skip = b.label(f"{self.name}_skip")

@@ -54,7 +54,7 @@ def run_gemm(config: KernelConfig, a, sa, b, sb, *, c=None, sm_count: int = 3, s
     kernel_k = compiled_k(config, k)
     run_kernel(ptx if ptx is not None else generate(config, n, kernel_k, seams), KERNEL,
                (grid(config, m, n, sm_count),), config.threads, SharedPlan(config, n, kernel_k).shared_bytes,
-               dict(**maps, d=d, **scalars), seed=seed, preempt=preempt, cluster=config.multicast)
+               dict(**maps, d=d, **scalars), seed=seed, preempt=preempt, cluster=config.cluster_size)
     return d if d.dtype == np.float32 else bf16_to_float(d)
 
 

@@ -89,6 +89,16 @@ def cluster_sync() -> str:
     return "barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;"
 
 
+# The two halves of cluster_sync, for a thread with work between its arrival and its wait (split-K's rank 0 stores
+# D after arriving on the phase its peers wait for before they exit).
+def cluster_arrive() -> str:
+    return "barrier.cluster.arrive.release;"
+
+
+def cluster_wait() -> str:
+    return "barrier.cluster.wait.acquire;"
+
+
 # Programmatic dependent launch (PTX ISA, parallel synchronization instructions: griddepcontrol; sm_90). A grid launched with the
 # programmatic-serialization attribute may start while the previous grid on the stream is still running:
 # ``.wait`` blocks until that grid has completed and its memory operations are visible (a no-op without the
@@ -105,5 +115,5 @@ def launch_dependents() -> str:
 __all__ = [
     "grid_dependency_wait", "launch_dependents", "pipeline_slot", "producer_wait_parity", "advance", "mbarrier_init", "fence_mbarrier_init",
     "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_wait_parity", "mbarrier_arrive_cluster",
-    "fence_proxy_async", "cluster_sync",
+    "fence_proxy_async", "cluster_sync", "cluster_arrive", "cluster_wait",
 ]

@@ -35,4 +35,16 @@ def mapa(dst_u32: str, shared_address: str, rank: str | int) -> str:
     return f"mapa.shared::cluster.u32 {dst_u32}, {shared_address}, {rank};"
 
 
-__all__ = ["ROW_BYTES", "CHUNK_BYTES", "swizzled_offset", "shared_address_of", "dynamic_shared_declaration", "mapa"]
+# PTX ISA "st" (.shared::cta, .v4): four 32-bit values at a 16-byte aligned address of this CTA's shared memory.
+def st_shared_v4(address: str, values: list[str], offset: int = 0) -> str:
+    return f"st.shared.v4.f32 [{address}{f'+{offset}' if offset else ''}], {{{', '.join(values)}}};"
+
+
+# PTX ISA "ld" (.shared::cluster, .v4; sm_90): four 32-bit values from any CTA of the cluster, at a mapa address
+# (distributed shared memory). Their writer's stores must be ordered before it, e.g. by barrier.cluster.
+def ld_shared_cluster_v4(values: list[str], cluster_address: str, offset: int = 0) -> str:
+    return f"ld.shared::cluster.v4.f32 {{{', '.join(values)}}}, [{cluster_address}{f'+{offset}' if offset else ''}];"
+
+
+__all__ = ["ROW_BYTES", "CHUNK_BYTES", "swizzled_offset", "shared_address_of", "dynamic_shared_declaration", "mapa",
+           "st_shared_v4", "ld_shared_cluster_v4"]
