@@ -477,3 +477,29 @@ def test_production_kernels_take_k_in_16_byte_steps_on_the_emulator(k, rng):
     got = run_gemm(config, a, sa, b, sb, sm_count=3, seed=int(rng.integers(1000)))
     assert not np.isnan(got).any()
     assert np.array_equal(got, reference_gemm(a, sa, b, sb).astype(np.float32))
+
+
+@pytest.mark.gpu
+def test_split_k_cluster_residency():
+    """The heuristics split K over 2-CTA clusters only while 2 x tiles <= SMs: every pair must then be resident at
+    once (the driver's cuOccupancyMaxActiveClusters). Clusters of four are not all resident on an H100 (30 of 33
+    there: 120 CTAs), which is why 4-CTA splits measured slower at 132 CTAs (docs/benchmarks.md)."""
+    from cuda.bindings import driver
+    from gemm.heuristics import device_facts
+    from gemm.kernel.launch import kernel
+    from ptx.device import activated
+    from ptx.runtime import launch_config
+    sms = device_facts(0).sm_count
+    resident = {}
+    for split in (2, 4):
+        config = KernelConfig(block_m=64, block_n=64, stages=10, persistent=False, raster_group=0, split_k=split)
+        shared = SharedPlan(config, 2112, 7168).shared_bytes
+        with activated(0):
+            function = kernel(config, 2112, 7168).function(0, shared)
+            launch = launch_config((16 * split, 1, 1), (config.threads, 1, 1), shared_bytes=shared,
+                                   cluster=(split, 1, 1), stream=0)
+            error, clusters = driver.cuOccupancyMaxActiveClusters(function, launch)
+        assert error == driver.CUresult.CUDA_SUCCESS, error
+        resident[split] = clusters
+    assert resident[2] == sms // 2, resident
+    print(f"resident clusters on {sms} SMs: {resident}")
