@@ -17,8 +17,8 @@ BF16_NAN = 0x7FC0
 def small_integer_problem(m, n, k, rng):
     """Integers in [-4, 4] (exact in e4m3), scales 1/2, 1, 2: every partial and total is exact in FP32
     (multiples of 1/4 below 2^15), so the only rounding is the final BF16 one, as in the reference: D must
-    match bit for bit."""
-    kb = k // 128
+    match bit for bit. K need not be a multiple of 128: the last K block's scales cover its zero-filled rest."""
+    kb = -(-k // 128)
     a = rng.integers(-4, 5, (m, k)).astype(np.float32).astype(E4M3)
     b = rng.integers(-4, 5, (n, k)).astype(np.float32).astype(E4M3)
     sa = np.exp2(rng.integers(-1, 2, (m, kb))).astype(np.float32)
