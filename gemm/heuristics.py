@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 
 from gemm.fp8 import ceil_div
-from gemm.kernel.config import SHARED_LIMIT, KernelConfig, max_stages
+from gemm.kernel.config import SHARED_LIMIT, KernelConfig, max_stages, widest_split
 
 BLOCK_M_CANDIDATES = (64, 128, 256)
 # 56 = 7168 / 128: DeepSeek's N = 7168 in one wave of 128 tiles. Every multiple of 8 works (two B scales where
@@ -193,7 +193,8 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)
     tile_count = ceil_div(m, block_m) * ceil_div(n, block_n)
     persistent = tile_count > device.sm_count
-    split_k = 2 if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K and 2 * tile_count <= device.sm_count else 1
+    split_k = (widest_split(tile_count, ceil_div(k, 128), device.sm_count, largest=2)
+               if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K else 1)
     # Programmatic dependent launch: a call's prologue overlaps the previous call's tail. Back to back (50 calls in
     # one graph, results/pdl_back_to_back.json) 1-11% faster per call at M <= 128 (one wave of one-CTA tiles); 3-4%
     # slower at 256 x 7168 x 2048 (two runs) and 1-4% at the persistent 4096 x 4096 x 7168 (three): off there.

@@ -28,7 +28,7 @@ from lessons import results_store
 COMMANDS = {
     "ladder": "check and time every GEMM stage against cuBLAS, with each stage's speed of light (without a GPU: "
               "simulate, compile, and table the committed GPU run)",
-    "inspect": "PTX excerpt, registers, spills, shared memory and SASS opcodes of any stage 0-11 (no GPU needed)",
+    "inspect": "PTX excerpt, registers, spills, shared memory and SASS opcodes of any stage 0-12 (no GPU needed)",
     "diff": "config, PTX and SASS difference between two PTX stages (no GPU needed)",
     "ablate": "time a stage with each of its bundled ideas turned off (GPU)",
     "grade": "grade a course exercise's solution: correctness on fresh (and secret) seeds, technique, performance "

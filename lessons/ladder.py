@@ -107,7 +107,7 @@ BOUNDS = {
                   "Hopper runs each e4m3 mma.sync as F2FP unpacks + two FP16 HMMA.16816; ldmatrix + cp.async move "
                   "128 KiB through shared memory per 128^3 block"),
     **{number: StageBound((("qgmma", 1.0),), "wgmma on e4m3 (QGMMA) at the dense FP8 rate")
-       for number in range(5, 12)},
+       for number in range(5, 13)},
 }
 PEER_BOUND = StageBound((("qgmma", 1.0),), "cuBLAS blockwise FP8 runs on wgmma")
 
@@ -228,6 +228,18 @@ LADDER_FILE = "ladder.json"
 NO_LADDER = f"no {LADDER_FILE} yet: on a Hopper GPU, python -m lessons ladder writes it"
 
 
+def ladder_file(shape=LADDER_SHAPE) -> str:
+    """The result file of a ladder run at ``shape``: ladder.json at the ladder's shape, ladder_MxNxK.json elsewhere
+    (a stage whose idea shows at another shape, its ``SHAPE``, is measured there: stage 12 at a decode shape)."""
+    m, n, k = shape
+    return LADDER_FILE if tuple(shape) == LADDER_SHAPE else f"ladder_{m}x{n}x{k}.json"
+
+
+def home_shape(number: int) -> tuple[int, int, int]:
+    """Where stage ``number`` is measured for its docstring: its module's ``SHAPE``, else the ladder's shape."""
+    return tuple(getattr(lessons.stage(number), "SHAPE", LADDER_SHAPE))
+
+
 def read_committed(path: Path | None = None) -> dict | None:
     """The GPU run at ``path``, by default the ladder's (results/ladder.json: a measured one in an installed
     package's user directory, else the committed one; :mod:`lessons.results_store`); None when there is none."""
@@ -249,11 +261,15 @@ def committed_table(path: Path | None = None) -> str:
 
 
 def committed_summary(number: int, path: Path | None = None) -> str:
-    """One stage's line from the committed GPU run: time, TFLOP/s, speedup, and its speed of light."""
-    path = results_store.find(LADDER_FILE) if path is None else path
-    result = read_committed(path)
+    """One stage's line from the committed GPU run at its home shape (:func:`home_shape`): time, TFLOP/s, speedup,
+    and its speed of light."""
+    name = ladder_file(home_shape(number))
+    path = results_store.find(name) if path is None else path
+    result = read_committed(path) if path is not None else None  # None: read_committed would read ladder.json
     if result is None:
-        return NO_LADDER
+        m, n, k = home_shape(number)
+        return (NO_LADDER if name == LADDER_FILE else f"no {name} yet: on a Hopper GPU, python -m lessons ladder "
+                f"--m {m} --n {n} --k {k} --stages {number - 2}-{number} writes it")
     row = next((r for r in result["rows"] if r.get("stage") == number), None)
     if row is None:
         return f"stage {number:02d} is not in {path.name} ({result['date'][:10]})"
@@ -361,14 +377,15 @@ def run_on_gpu(shape, stages, *, with_peer: bool, out_dir: Path) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     for row in rows:
         row.pop("traceback", None)
-    write_result(out_dir / "ladder.json", command=command_line("lessons"), rows=rows, device=device,
+    result_path = out_dir / ladder_file(shape)
+    write_result(result_path, command=command_line("lessons"), rows=rows, device=device,
                  shape={"m": m, "n": n, "k": k}, reference_rows=len(reference.rows),
                  timing="CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only; median of 5")
     try:
-        plot_ladder(rows, out_dir / "ladder.png", title=f"{device.get('name', 'GPU')}: FP8 GEMM {m}x{n}x{k}")
+        plot_ladder(rows, result_path.with_suffix(".png"), title=f"{device.get('name', 'GPU')}: FP8 GEMM {m}x{n}x{k}")
     except Exception as error:  # the JSON is the result; the chart is a view of it
         print(f"no chart: {_error_text(error)}")
-    print(f"wrote {out_dir / 'ladder.json'} and {out_dir / 'ladder.png'}")
+    print(f"wrote {result_path} and {result_path.with_suffix('.png')}")
     return 0 if all(r["status"] == "ok" for r in rows if r.get("kind") != "peer") else 1
 
 
@@ -465,8 +482,9 @@ def main(args) -> int:
     shape = (args.m, args.n, args.k)
     if not has_gpu():
         status = run_without_gpu(stages, sim_shape=args.sim_shape, ptx_shape=shape)
-        committed = args.out / LADDER_FILE if args.out else results_store.find(LADDER_FILE)
-        print(f"\nThe committed GPU run, {results_store.shown(committed) if committed else LADDER_FILE}:\n"
+        name = ladder_file(shape)
+        committed = args.out / name if args.out else results_store.find(name)
+        print(f"\nThe committed GPU run, {results_store.shown(committed) if committed else name}:\n"
               + committed_table(committed))
         return status
     with_peer = not args.no_peer and torch_available()

@@ -20,8 +20,8 @@ from pathlib import Path
 from gemm.testing.records import Column, format_table, read_result, three_digits
 from lessons import results_store, training_recipe
 from lessons.ablate import format_ablation_table
-from lessons.ladder import (BOUNDS, CLOCK_NOTE, DOC_COLUMNS, LADDER_SHAPE, UNIT_COLUMNS, percent, speed_of_light,
-                            unit_rows, with_bounds)
+from lessons.ladder import (BOUNDS, CLOCK_NOTE, DOC_COLUMNS, LADDER_SHAPE, UNIT_COLUMNS, home_shape,
+                            ladder_file, percent, speed_of_light, unit_rows, with_bounds)
 
 
 def replace_block(text: str, name: str, content: str) -> str:
@@ -144,10 +144,11 @@ def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
     m, n, k = (result["shape"][key] for key in ("m", "n", "k")) if isinstance(result["shape"], dict) \
         else result["shape"]
     rendered = {}
+    source, command = ladder_file((m, n, k)), result["command"]
     for row in with_bounds(result["rows"], (m, n, k)):
         number = row.get("stage")
-        if not isinstance(number, int) or row.get("status") != "ok":
-            continue
+        if not isinstance(number, int) or row.get("status") != "ok" or home_shape(number) != (m, n, k):
+            continue  # each stage's line comes from the run at its home shape
         matches = sorted(lessons_dir.glob(f"{number:02d}_*.py"))
         if not matches:
             continue
@@ -157,7 +158,7 @@ def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
                  f"{three_digits(row['bound_tflops'])} TFLOP/s), {percent(row['pct_fp8'])} of the FP8 peak"
                  if "pct_bound" in row else "")
         line = (f"Measured: {three_digits(row['tflops'])} TFLOP/s at M={m} N={n} K={k} on {result['device']['name']}"
-                f"{versus}{bound} (results/ladder.json, `python -m lessons ladder`).")
+                f"{versus}{bound} (results/{source}, `{command}`).")
         paragraph = textwrap.fill(line, 116, break_on_hyphens=False)
         text = matches[0].read_text()
         # the paragraph: the "Measured:" line and the non-blank lines after it, up to the docstring's end
@@ -284,9 +285,14 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     for sweep in (results / "ffma_pass.json", results / "multicast.json", results / "pdl_back_to_back.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))
+    other_ladders = sorted(results.glob("ladder_*x*x*.json"))  # runs at a stage's own shape (ladder_file)
+    for path in other_ladders:
+        blocks[f"ladder_results_{path.stem.removeprefix('ladder_')}"] = ladder_block(
+            read_result(path), path.with_suffix(".png"), docs)
     rendered = {}
-    if ladder_json.exists() and lessons is not None:
-        rendered.update(measured_lines(read_result(ladder_json), lessons))
+    if lessons is not None:
+        for path in ([ladder_json] if ladder_json.exists() else []) + other_ladders:
+            rendered.update(measured_lines(read_result(path), lessons))
     if lessons is not None:
         rendered.update(ablation_lines(results, lessons, rendered))
     for doc in sorted(docs.glob("*.md")):

@@ -1,4 +1,4 @@
-"""Exercises 06-11 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+"""Exercises 06-12 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
 correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
 cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
 import dataclasses
@@ -13,7 +13,7 @@ from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
 from ptx.emulate import EmulationError
 
-STAGES = (6, 7, 8, 9, 10, 11)
+STAGES = (6, 7, 8, 9, 10, 11, 12)
 
 
 def load(path):
@@ -55,9 +55,9 @@ def test_reference_passes(stage, rng):
     candidate = ex.build(ex.reference())
     for m, n, k in ex.shapes_cpu:  # fresh random operands at the graded (ragged) shapes
         check_correct(candidate, m, n, k, rng)
-    opcodes = {i.opcode for i in candidate.sass()}
-    missing = [name for name in ex.required_sass if not any(op.startswith(name) for op in opcodes)]
-    assert not missing, missing
+    from lessons.grading.technique import technique_checks  # the grader's own reading of the SASS
+    failed = [check for check in technique_checks(ex, candidate) if not check["passed"]]
+    assert not failed, failed
 
 
 # -- deliberately wrong solutions -------------------------------------------------------------------------------
@@ -223,6 +223,76 @@ def test_11_tile_rows_is_the_kernels_default():
         for group, wave, first in rows:
             assert first == 64 * group + math.wave_row(wave)
             assert math.wave_row(wave) == exercise(11).reference().wave_offset(wave, math.warpgroups)
+
+
+def test_12_overlapping_shares_count_a_block_twice(rng):
+    """Rank 1 starting one block early: every element of D counts that K block twice, so D is written everywhere
+    and wrong everywhere; the balance check names the overlap too."""
+    ex = exercise(12)
+    m, n, k = ex.shapes_cpu[0]
+    assert lessons_stage(12).config(m, n, k).split_k == 2 and k // 128 == 7  # shares of 3 and 4 blocks
+    wrong = SimpleNamespace(k_share=lambda rank, split, blocks: (max(rank * blocks // split - 1, 0),
+                                                                 (rank + 1) * blocks // split))
+    problem = random_problem(m, n, k, rng)
+    d = ex.build(wrong).run_cpu(*problem)
+    assert not np.isnan(d).any() and calc_diff(d, reference_gemm(*problem)) > 1e-3
+    from lessons.grading.technique import exercise_checks
+    (rule,) = exercise_checks(ex, wrong)
+    assert not rule["passed"] and "in rank order" in rule["detail"], rule["detail"]
+
+
+def test_12_lopsided_shares_are_right_but_not_the_technique(rng):
+    """Rank 0 takes all but the last block: D is right (the correctness checks pass) and the cluster waits on
+    rank 0 for nearly the whole K loop: the technique check fails, naming the lengths."""
+    ex = exercise(12)
+    lopsided = SimpleNamespace(k_share=lambda rank, split, blocks: (0, blocks - split + 1) if rank == 0
+                               else (blocks - split + rank, blocks - split + rank + 1))
+    for shape in ex.shapes_cpu:
+        check_correct(ex.build(lopsided), *shape, rng)
+    from lessons.grading.technique import exercise_checks
+    (rule,) = exercise_checks(ex, lopsided)
+    assert not rule["passed"] and "lengths [3, 1]" in rule["detail"], rule["detail"]
+
+
+def test_12_shares_no_kernel_can_run_are_refused(rng):
+    """An empty share (the K loop runs its body at least once), one past the tile's K blocks (TMA would be asked
+    for them) or not a pair of ints: a clear error naming the seam, before anything runs."""
+    ex = exercise(12)
+    for bad in (lambda rank, split, blocks: (rank, rank),  # empty
+                lambda rank, split, blocks: (rank * blocks // split, (rank + 1) * blocks // split + 1),  # past Kb
+                lambda rank, split, blocks: (rank * blocks / split, (rank + 1) * blocks / split),  # floats
+                lambda rank, split, blocks: [rank * blocks // split, (rank + 1) * blocks // split]):  # a list
+        with pytest.raises(ValueError, match="k_share"):
+            ex.build(SimpleNamespace(k_share=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+def test_12_k_share_is_what_the_kernel_computes(rng):
+    """config.k_share (what the figure draws and the exercise's reference) and the generator's own PTX arithmetic
+    agree: the kernel with the table in place of its arithmetic computes the same D bit for bit, and the default
+    kernel is the arithmetic one (no table)."""
+    from gemm.kernel import generate
+    from gemm.kernel.config import k_share
+    from gemm.kernel.seams import NO_SEAMS, Seams
+    from gemm.testing.emulated import run_gemm
+    m, n, k = 5, 72, 896
+    config = lessons_stage(12).config(m, n, k).replace(stages=2)
+    assert config.split_k == 2
+    assert "k_share_table" not in generate(config, n, k) and "k_share_table" in generate(config, n, k,
+                                                                                         Seams(k_share=k_share))
+    problem = random_problem(m, n, k, rng)
+    own, tabled = (run_gemm(config, *problem, sm_count=4, seams=seams) for seams in (NO_SEAMS, Seams(k_share=k_share)))
+    assert np.array_equal(own, tabled)
+    for split in (2, 4, 8):
+        for blocks in range(split, 40):
+            shares = [k_share(rank, split, blocks) for rank in range(split)]
+            assert [first for first, _ in shares[1:]] == [end for _, end in shares[:-1]]
+            assert shares[0][0] == 0 and shares[-1][1] == blocks
+            assert {end - first for first, end in shares} <= {blocks // split, -(-blocks // split)}
+
+
+def lessons_stage(number):
+    import lessons
+    return lessons.stage(number)
 
 
 # -- the seams change nothing by default --------------------------------------------------------------------

@@ -437,6 +437,29 @@ def test_tall_tile_slices_cover_the_tile_once_as_the_kernel_offsets_them(block_m
     assert all(first == 64 * group + math.wave_row(wave) for group, wave, first in tile_rows(block_m))
 
 
+# ------------------------------------------------------------------------------ stage 12: split-K over a cluster
+@pytest.mark.parametrize("k_blocks, split_k", [(kb, s) for kb in (1, 2, 3, 7, 8, 56, 57) for s in (1, 2, 4, 8)
+                                               if kb >= s])  # widest_split never asks for more ranks than blocks
+def test_split_k_shares_cover_the_tile_once_in_rank_order(k_blocks, split_k):
+    """Every K block owned by exactly one rank; each rank's share one contiguous run, in rank order; shares differ
+    by at most one block, and none is empty while Kb >= S."""
+    rank = figures.split_k_map(k_blocks, split_k)["rank"]
+    assert (figures.split_k_map(k_blocks, split_k)["count"] == 1).all()
+    assert rank[0] == 0 and rank[-1] == split_k - 1 and set(np.diff(rank).tolist()) <= {0, 1}
+    sizes = np.bincount(rank, minlength=split_k)
+    assert sizes.min() >= 1 and sizes.max() - sizes.min() <= 1
+
+
+def test_split_k_occupancy_at_the_stage_shape():
+    """At stage 12's SHAPE the split keeps stage 11's tiles and launches split_k CTAs per tile, each with an SM of
+    its own; stage 11 leaves SMs idle (the case the stage is for)."""
+    use = figures.split_k_occupancy(*lessons.stage(12).SHAPE)
+    eleven, twelve = use[11], use[12]
+    assert twelve["tiles"] == eleven["tiles"] and twelve["split_k"] > 1
+    assert twelve["ctas"] == twelve["split_k"] * twelve["tiles"] <= use["sm_count"]
+    assert eleven["ctas"] <= eleven["tiles"] < use["sm_count"]
+
+
 # ------------------------------------------------------------------------------ the figures themselves
 def _build(name):
     if name == "10_ffma_yield_bits":

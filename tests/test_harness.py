@@ -362,10 +362,10 @@ def test_ladder_on_gpu_writes_json_and_png(tmp_path):
     result = _run(["-m", "lessons", "ladder", "--m", "256", "--n", "384", "--k", "512", "--out", str(tmp_path)],
                   timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    ladder = read_result(tmp_path / "ladder.json")
+    ladder = read_result(tmp_path / "ladder_256x384x512.json")  # not the ladder's shape: lessons.ladder.ladder_file
     assert [r["stage"] for r in ladder["rows"] if r.get("kind") != "peer"] == stages
     assert all(r["time_us"] > 0 for r in ladder["rows"]), ladder["rows"]
-    assert (tmp_path / "ladder.png").exists() and ladder["device"]["sm_count"] > 0
+    assert (tmp_path / "ladder_256x384x512.png").exists() and ladder["device"]["sm_count"] > 0
 
 
 # ----------------------------------------------- the GPU code paths, with a fake timer and simulator arrays
@@ -385,13 +385,14 @@ def test_ladder_gpu_path_with_fake_timer_writes_json_and_png(monkeypatch, tmp_pa
     monkeypatch.setattr(ladder, "bench_kernel", _fake_timer)
     monkeypatch.setattr(ladder, "device_info", lambda: {"gpu": True, "date": "2026-11-22T00:00:00+00:00"})
     assert ladder.run_on_gpu((40, 136, 256), [91, 92, 93], with_peer=False, out_dir=tmp_path) == 1  # 92 failed
-    result = read_result(tmp_path / "ladder.json")
+    assert ladder.ladder_file((40, 136, 256)) == "ladder_40x136x256.json"  # not the ladder's shape: its own file
+    result = read_result(tmp_path / "ladder_40x136x256.json")
     rows = {r["stage"]: r for r in result["rows"]}
     assert rows[91]["status"] == "ok" and rows[91]["diff"] < 1e-4 and rows[91]["time_us"] == 100.0
     assert rows[92]["status"] == "failed" and "broken" in rows[92]["error"] and "traceback" not in rows[92]
     assert rows[93]["speedup"] == 1.0  # vs stage 91: the last stage that was timed
     assert result["shape"] == {"m": 40, "n": 136, "k": 256}
-    assert (tmp_path / "ladder.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "ladder_40x136x256.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bench_row_with_fake_gemm_on_cpu_torch(rng):

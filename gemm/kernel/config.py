@@ -421,6 +421,19 @@ def tiles(config: KernelConfig, m: int, n: int) -> int:
     return ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
 
 
+def k_share(rank: int, split_k: int, k_blocks: int) -> tuple[int, int]:
+    """Split-K: the K blocks [first, end) that cluster rank ``rank`` of ``split_k`` computes of a tile's
+    ``k_blocks``: rank * Kb / S rounded down to (rank + 1) * Kb / S, so the shares tile [0, Kb) in order, differ
+    by at most one block and none is empty while Kb >= S. The generator emits this in PTX (``_Kernel.setup``)."""
+    return rank * k_blocks // split_k, (rank + 1) * k_blocks // split_k
+
+
+def widest_split(tile_count: int, k_blocks: int, sm_count: int, largest: int = 8) -> int:
+    """The most CTAs (a power of two up to ``largest``) that may share each tile's K blocks so that every CTA has
+    an SM of its own and at least one K block: 1 where the tiles alone fill the SMs."""
+    return max((s for s in SPLIT_K if s <= largest and s * tile_count <= sm_count and s <= k_blocks), default=1)
+
+
 __all__ = ["KernelConfig", "SharedPlan", "GEMM_TYPES", "B_SCALES", "SPLIT_K", "CONTIGUOUS_ALIGNMENT",
            "BLOCK_K", "WARPGROUP", "SHARED_LIMIT", "staging_pitch",
-           "tma_store_box_columns", "max_stages", "tiles"]
+           "tma_store_box_columns", "max_stages", "tiles", "k_share", "widest_split"]

@@ -101,12 +101,16 @@ class _Kernel:
         if c.runtime_k:
             e(f"ld.param.u32 {self.k_blocks}, [{b.param('k_blocks')}];")
         self.k_first, self.rank = "0", None
-        if c.split_k > 1:  # this CTA's K blocks: [rank*Kb/S, (rank+1)*Kb/S), at least one (Kb >= S)
+        if c.split_k > 1:  # this CTA's K blocks: [rank*Kb/S, (rank+1)*Kb/S) (config.k_share), at least one
             self.rank, self.k_first, k_end = r("u32", "rank"), r("u32", "k_first"), r("u32", "k_end")
-            shift = c.split_k.bit_length() - 1
-            e(core.cluster_rank(self.rank), f"mul.lo.u32 {self.k_first}, {self.rank}, {self.plan.kb};",
-              f"add.u32 {k_end}, {self.k_first}, {self.plan.kb};",
-              f"shr.u32 {self.k_first}, {self.k_first}, {shift};", f"shr.u32 {k_end}, {k_end}, {shift};")
+            e(core.cluster_rank(self.rank))
+            if self.seams.k_share is not None:  # a caller's shares (gemm.kernel.seams), else the generator's
+                self._k_share_table(self.seams.k_share, k_end)
+            else:
+                shift = c.split_k.bit_length() - 1
+                e(f"mul.lo.u32 {self.k_first}, {self.rank}, {self.plan.kb};",
+                  f"add.u32 {k_end}, {self.k_first}, {self.plan.kb};",
+                  f"shr.u32 {self.k_first}, {self.k_first}, {shift};", f"shr.u32 {k_end}, {k_end}, {shift};")
             self.k_blocks = k_end
         self.layout = self.groups = None
         if c.grouped:
@@ -231,6 +235,26 @@ class _Kernel:
         if given:  # rank 0 completes the second phase it arrived on after reading its peers, then exits
             e(barriers.cluster_wait())
             b.place(given)
+
+    def _k_share_table(self, function, k_end: str) -> None:
+        """This CTA's [k_first, k_end) from a Python ``function(rank, split_k, k_blocks)`` evaluated for every rank,
+        kept as a ``.const`` table of packed (first << 16 | end) and read with one ``ld.const`` (the exercise seam).
+        Shares must be non-empty and inside [0, Kb): the K loop runs its body at least once, and TMA must not be
+        asked for a block past K. Overlapping or missing shares are allowed: they are wrong answers, not faults."""
+        e, r, c, kb = self.b.emit, self.b.reg, self.config, self.plan.kb
+        values = []
+        for rank in range(c.split_k):
+            share = function(rank, c.split_k, kb)
+            if (type(share) is not tuple or len(share) != 2 or not all(type(x) is int for x in share)
+                    or not 0 <= share[0] < share[1] <= kb):
+                raise ValueError(f"k_share({rank}, {c.split_k}, {kb}) must be a pair of ints (first, end) with "
+                                 f"0 <= first < end <= {kb} (a non-empty run of the tile's K blocks), got {share!r}")
+            values.append(share[0] << 16 | share[1])
+        table = self.b.const_table("k_share_table", values)
+        packed, offset, address = r("u32", "k_share"), r("u64", "k_share_off"), r("u64", "k_share_at")
+        e(f"mul.wide.u32 {offset}, {self.rank}, 4;", f"mov.u64 {address}, {table};",
+          f"add.s64 {address}, {address}, {offset};", f"ld.const.u32 {packed}, [{address}];",
+          f"shr.u32 {self.k_first}, {packed}, 16;", f"and.b32 {k_end}, {packed}, 65535;")
 
     def gather_partials(self, math: MathWarpgroups, given: str) -> None:
         """Split-K: ranks 1.. write their totals into their own ring (thread t's four-total group j at

@@ -10,7 +10,10 @@ The generator makes a few decisions a course exercise asks a student to make ins
 * ``ffma_rule(run) -> FFMAs``: the rule of the FFMA interleave cubin pass (:func:`gemm.kernel.launch.cubin`);
 * ``wave_offset(wave, warpgroups) -> rows``: how far below its wave 0 a math warpgroup's wave ``wave`` starts in a
   tile taller than the math warpgroups' 64-row slices
-  (:meth:`gemm.kernel.math_warpgroups.MathWarpgroups.wave_row`).
+  (:meth:`gemm.kernel.math_warpgroups.MathWarpgroups.wave_row`);
+* ``k_share(rank, split_k, k_blocks) -> (first, end)``: the K blocks a split-K cluster's CTA ``rank`` computes,
+  emitted as a table (``_Kernel.setup`` in :mod:`gemm.kernel.generator`; the generator's own rule is
+  :func:`gemm.kernel.config.k_share`).
 
 A :class:`Seams` value is passed down ``generate(config, n, k, seams)``, ``cubin``, ``kernel`` and
 ``gemm.testing.emulated.run_gemm``, and is part of each of their cache keys (functions hash by identity), so a kernel built
@@ -31,6 +34,7 @@ class Seams:
     empty_arrivals: Callable | None = None
     ffma_rule: Callable | None = None
     wave_offset: Callable | None = None
+    k_share: Callable | None = None
 
 
 NO_SEAMS = Seams()

@@ -23,6 +23,8 @@ figure                         drawn from
 09_cluster_multicast           ``schedule`` + the pair rule of ``TileScheduler.pair_flags``
 10_ffma_yield_bits             stage 09 / 10 cubins, ``is_yield``, ``reuse_b``, ``ffma_runs`` (ptx.passes)
 11_tall_tile_waves             ``tile_rows`` (gemm.kernel.math_warpgroups: what ``MathWarpgroups.wave_row`` adds)
+12_split_k_cluster             ``k_share``, ``tiles`` (gemm.kernel.config), ``grid`` (gemm.kernel.launch), stages
+                               11 / 12's configs; the exchange of ``_Kernel.gather_partials``
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -46,6 +48,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
 * :mod:`lessons.figures.tile_schedules`: stages 08-09 and MoE, the persistent raster, cluster pairs, grouped walks;
 * :mod:`lessons.figures.sass_bits`: stage 10, the FFMA yield and reuse bits before and after the pass;
 * :mod:`lessons.figures.tall_tiles`: stage 11, the 256-row tile's rows by math warpgroup and wave;
+* :mod:`lessons.figures.split_k`: stage 12, the SMs busy at decode, K blocks by cluster rank, the DSMEM exchange;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -59,6 +62,7 @@ from lessons.figures.ring_timelines import (Event, RingTrace, Timing, producer_c
                                             ring_input, ring_schedule, stage06_trace, stage07_trace,
                                             tma_ring_timeline, trace_barriers)
 from lessons.figures.sass_bits import DECODE_SHAPE, ffma_bits, ffma_listings, ffma_yield_bits
+from lessons.figures.split_k import split_k_cluster, split_k_map, split_k_occupancy
 from lessons.figures.tall_tiles import tall_tile_map, tall_tile_waves
 from lessons.figures.tensor_core_layouts import (accumulator_map, descriptor_example, fragment_owner,
                                                  ldmatrix_roles, ldmatrix_swizzle, mma_fragment_maps, mma_fragments,
@@ -82,6 +86,7 @@ FIGURES = {
     "09_cluster_multicast": cluster_multicast,
     "10_ffma_yield_bits": ffma_yield_bits,
     "11_tall_tile_waves": tall_tile_waves,
+    "12_split_k_cluster": split_k_cluster,
     "moe_grouped_layouts": moe_layouts,
 }
 
@@ -90,5 +95,5 @@ __all__ = ["FIGURES", "LADDER_SHAPE", "DECODE_SHAPE", "MOE_EXAMPLE", "Event", "R
            "thread_output_map", "smem_banks", "staging_lanes", "micro_tile_map", "fragment_owner",
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
-           "moe_walk_map", "tall_tile_map",
+           "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy",
            *(function.__name__ for function in FIGURES.values())]

@@ -5,7 +5,7 @@ the notebooks are reviewed as code.
     python -m lessons notebooks --check            # exit 1 if a committed notebook differs from its cells here
     python -m lessons notebooks --execute [05 ...] # run them and store their outputs (all, or these)
 
-One module per notebook: :mod:`.stage_00` ... :mod:`.stage_11` (one per stage of the ladder), :mod:`.precision`,
+One module per notebook: :mod:`.stage_00` ... :mod:`.stage_12` (one per stage of the ladder), :mod:`.precision`,
 :mod:`.moe_grouped` and :mod:`.training_recipe` (the topic notebooks), each with ``cells()``. What they share:
 
 * :mod:`.cells`: the setup, device helpers, check and timing cells, the PTX/SASS printers, the Numba-stage and

@@ -6,6 +6,7 @@ never here.
 """
 from __future__ import annotations
 
+from lessons.ladder import LADDER_SHAPE, ladder_file
 from lessons.notebooks import CHECKOUT
 from lessons.notebooks.ipynb import code, markdown
 
@@ -64,16 +65,21 @@ def check(m, n, k):
 
 
 def timing_cell(number: int, m: int = 4096, n: int = 4096, k: int = 7168) -> str:
+    """Times stage ``number`` at (m, n, k): the ladder's shape, or a stage's own ``SHAPE`` (measured into
+    results/ladder_MxNxK.json: lessons.ladder.ladder_file)."""
+    at_ladder = (m, n, k) == LADDER_SHAPE
+    results = f"results/{ladder_file((m, n, k))}"
+    command = "python -m lessons ladder" + ("" if at_ladder else f" --m {m} --n {n} --k {k}")
     return f'''\
 from lessons.ladder import committed_summary, percent, speed_of_light
 
-# What the committed ladder run measured for this stage (results/ladder.json), GPU or not, and its speed of light
+# What the committed ladder run measured for this stage ({results}), GPU or not, and its speed of light
 # (the unit that bounds it: see the stage's docstring above and lessons.ladder.UNITS).
 print(committed_summary({number}))
 
 if is_hopper():
     from gemm.testing.timer import bench_kernel
-    m, n, k = {m}, {n}, {k}  # the ladder's shape
+    m, n, k = {m}, {n}, {k}  # {"the ladder's shape" if at_ladder else "this stage's own shape, stage.SHAPE"}
     a, sa, b, sb = to_device(*random_problem(m, n, k))
     d = cuda.device_array((m, n), np.uint16)
     timing = bench_kernel(lambda stream: stage.gemm(a, sa, b, sb, d, stream=stream))
@@ -83,7 +89,7 @@ if is_hopper():
           f"{{timing.gbps(gemm_bytes(m, n, k)):.0f}} GB/s, {{percent(100 * tflops / bound['bound_tflops'])}} of its "
           f"speed of light ({{bound['bound_unit']}})")
 else:
-    print("Timings need a Hopper GPU (there is none here). With one: python -m lessons ladder")'''
+    print("Timings need a Hopper GPU (there is none here). With one: {command}")'''
 
 
 SHOW_KERNELS = '''\
@@ -228,9 +234,12 @@ def ptx_notebook(number: int, intro: str, ptx_note: str, keywords, sass_note: st
                  ptx_extra: str = "", ptx_comment: str = "The generator bakes the shape into the text (as "
                  "DeepGEMM's JIT does): this is the ladder's shape.",
                  assembler: str = "nvJitLink (ptxas inside): no GPU needed",
-                 cubin_code: str = "compile_ptx(ptx_text)", check_code: str | None = None) -> list[dict]:
+                 cubin_code: str = "compile_ptx(ptx_text)", check_code: str | None = None,
+                 shape: tuple[int, int, int] = LADDER_SHAPE) -> list[dict]:
     """``before`` goes between the setup and the PTX, ``extra`` after the SASS; ``ptx_extra`` ends the PTX cell.
-    ``cubin_code``: the expression for what runs (a cubin pass changes it); ``check_code``: the GPU check cell."""
+    ``cubin_code``: the expression for what runs (a cubin pass changes it); ``check_code``: the GPU check cell;
+    ``shape``: where the PTX is generated and the stage timed (a stage whose idea shows elsewhere: its SHAPE)."""
+    m, n, k = shape
     return [
         markdown(intro),
         code(setup_cell(number)),
@@ -240,7 +249,7 @@ def ptx_notebook(number: int, intro: str, ptx_note: str, keywords, sass_note: st
 
 
 # {ptx_comment}
-ptx_text = stage.generate(4096, 4096, 7168)
+ptx_text = stage.generate({m}, {n}, {k})
 show_excerpt(ptx_text, {list(keywords)!r})''' + ptx_extra),
         markdown(sass_note),
         code(f'''\
@@ -257,7 +266,7 @@ if is_hopper():
 else:
     print("Running this kernel needs a Hopper GPU (sm_90a); above, it was assembled and disassembled on the CPU.")'''),
         markdown(TIMING_NOTE),
-        code(timing_cell(number)),
+        code(timing_cell(number, *shape)),
     ]
 
 

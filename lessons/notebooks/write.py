@@ -10,7 +10,7 @@ and a timing cell; every stage notebook ends with the stage's course exercise (l
 prompt from lessons/exercises and a cell that grades the student's copy). Generator stages (07+) also show their
 one config change, the emitter that implements it, the SASS opcode table against the previous stage, figures
 drawn from the kernel's own layout functions, and a cell for the CPU emulator; stages whose worth is a
-measurement (09, 10, 11) print it from the committed results/ file, never from numbers written here. Every cell
+measurement (09-12) print it from the committed results/ file, never from numbers written here. Every cell
 runs without a GPU: Numba kernels fall back to the CUDA simulator on tiny shapes, PTX is assembled and
 disassembled on the CPU, and GPU-only work prints what it would need (a missing results/ file prints the command
 that writes it).
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import lessons
 from lessons.notebooks import (CHECKOUT, moe_grouped, precision, stage_00, stage_01, stage_02, stage_03, stage_04,
-                               stage_05, stage_06, stage_07, stage_08, stage_09, stage_10, stage_11, training_recipe)
+                               stage_05, stage_06, stage_07, stage_08, stage_09, stage_10, stage_11, stage_12,
+                               training_recipe)
 from lessons.notebooks.cells import figure_cells
 from lessons.notebooks.emulator import break_it_cells, emulator_cells
 from lessons.notebooks.exercise import exercise_cells
@@ -33,7 +34,7 @@ from lessons.notebooks.ipynb import is_current, notebook, render
 
 NOTEBOOKS = CHECKOUT / "notebooks"
 STAGE_NOTEBOOKS = (stage_00, stage_01, stage_02, stage_03, stage_04, stage_05, stage_06, stage_07, stage_08, stage_09,
-                   stage_10, stage_11)  # in stage order: lessons.STAGES
+                   stage_10, stage_11, stage_12)  # in stage order: lessons.STAGES
 
 
 def build() -> dict[str, dict]:
