@@ -254,6 +254,21 @@ def test_12_lopsided_shares_are_right_but_not_the_technique(rng):
     assert not rule["passed"] and "lengths [3, 1]" in rule["detail"], rule["detail"]
 
 
+def test_12_a_rule_right_only_where_small_cases_are_checked_is_caught():
+    """A red-team find: shares right for small splits and K block counts, overlapping beyond (wrong D at any K of
+    70 blocks or more). The balance check draws large cases at random each time, so no table of them passes."""
+    ex = exercise(12)
+
+    def k_share(rank, split, blocks):
+        if blocks < 70:
+            return rank * blocks // split, (rank + 1) * blocks // split
+        return (0, blocks) if rank == 0 else (blocks - 1, blocks)
+    from lessons.grading.technique import exercise_checks
+    for _ in range(3):
+        (rule,) = exercise_checks(ex, SimpleNamespace(k_share=k_share))
+        assert not rule["passed"] and "in rank order" in rule["detail"], rule["detail"]
+
+
 def test_12_shares_no_kernel_can_run_are_refused(rng):
     """An empty share (the K loop runs its body at least once), one past the tile's K blocks (TMA would be asked
     for them) or not a pair of ints: a clear error naming the seam, before anything runs."""

@@ -12,6 +12,8 @@ slowest rank: the technique check names the first one that is not the balanced, 
 """
 from __future__ import annotations
 
+import random
+import secrets
 from types import SimpleNamespace
 
 from lessons.exercises import Exercise
@@ -51,25 +53,28 @@ def reference():
     return SimpleNamespace(k_share=k_share)
 
 
-def check_shares(solution) -> None:
-    """Raise AssertionError at the first (split_k, k_blocks) whose shares are not a balanced, in-order split."""
-    for split_k in (2, 4, 8):
-        for k_blocks in range(split_k, 70):
-            shares = [solution.k_share(rank, split_k, k_blocks) for rank in range(split_k)]
-            where = f"k_share(rank, split_k={split_k}, k_blocks={k_blocks}) for ranks 0..{split_k - 1} gave {shares}"
-            if shares[0][0] != 0 or shares[-1][1] != k_blocks or any(
-                    before[1] != after[0] for before, after in zip(shares, shares[1:])):
-                raise AssertionError(f"{where}: the runs must cover 0..{k_blocks - 1} once, in rank order")
-            lengths = [end - first for first, end in shares]
-            if min(lengths) < 1 or max(lengths) - min(lengths) > 1:
-                raise AssertionError(f"{where}: lengths {lengths}; the cluster waits for its slowest rank, so no "
-                                     "run may be empty or longer than another by more than one block")
+def check_shares(solution, draws: int = 48) -> None:
+    """Raise AssertionError at the first (split_k, k_blocks) whose shares are not a balanced, in-order split: every
+    small case, then ``draws`` more at random (fresh each grading, so no table of the checked cases can pass)."""
+    cases = [(split_k, k_blocks) for split_k in (2, 3, 4, 8) for k_blocks in range(split_k, 70)]
+    chooser = random.Random(secrets.randbits(64))
+    cases += [(chooser.choice((2, 3, 4, 5, 8, 16)), chooser.randrange(70, 1 << 16)) for _ in range(draws)]
+    for split_k, k_blocks in cases:
+        shares = [solution.k_share(rank, split_k, k_blocks) for rank in range(split_k)]
+        where = f"k_share(rank, split_k={split_k}, k_blocks={k_blocks}) for ranks 0..{split_k - 1} gave {shares}"
+        if shares[0][0] != 0 or shares[-1][1] != k_blocks or any(
+                before[1] != after[0] for before, after in zip(shares, shares[1:])):
+            raise AssertionError(f"{where}: the runs must cover 0..{k_blocks - 1} once, in rank order")
+        lengths = [end - first for first, end in shares]
+        if min(lengths) < 1 or max(lengths) - min(lengths) > 1:
+            raise AssertionError(f"{where}: lengths {lengths}; the cluster waits for its slowest rank, so no "
+                                 "run may be empty or longer than another by more than one block")
 
 
 def balanced_shares(solution) -> list[str]:
-    """The ranks' runs cover the tile's K blocks once, in rank order, their lengths within one block of each other
-    (for every split of 2, 4 and 8 and every K block count up to 69). Lopsided shares compute D right; the balance
-    is the technique."""
+    """The ranks' runs cover the tile's K blocks once, in rank order, their lengths within one block of each other,
+    for any split and K block count (small ones, and more drawn at random). Lopsided shares compute D right at the
+    graded shapes; the balance, and the rule holding at every K, is the technique."""
     try:
         check_shares(solution)
     except AssertionError as error:
