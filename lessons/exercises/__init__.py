@@ -77,6 +77,16 @@ class Exercise:
         return SKELETONS / f"ex{self.stage:02d}_{self.name}.py"
 
 
+def failures(check, solution) -> list[str]:
+    """An exercise's own technique check (``extra["checks"]``) from a function that raises AssertionError at the
+    first rule the solution breaks: that message, or nothing."""
+    try:
+        check(solution)
+    except AssertionError as error:
+        return [str(error)]
+    return []
+
+
 def exercises() -> dict[int, Exercise]:
     """Every exercise in this checkout, by stage number."""
     found = {}
@@ -94,4 +104,4 @@ def exercise(stage: int) -> Exercise:
     return found[stage]
 
 
-__all__ = ["Exercise", "Candidate", "exercises", "exercise", "SKELETONS"]
+__all__ = ["Exercise", "Candidate", "failures", "exercises", "exercise", "SKELETONS"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from lessons.exercises import Exercise
+from lessons.exercises import Exercise, failures
 
 STAGE = 8
 PROMPT = """\
@@ -73,11 +73,7 @@ def build(solution):
 def raster_order(solution) -> list[str]:
     """The tiles come in the stage's grouped raster order (the prompt's). Any bijection computes D right (the
     correctness checks see a map that is not one); the order is the technique."""
-    try:
-        check_order(solution)
-    except AssertionError as error:
-        return [str(error)]
-    return []
+    return failures(check_order, solution)
 
 
 EXERCISE = Exercise(

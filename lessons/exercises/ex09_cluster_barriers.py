@@ -44,13 +44,8 @@ def build(solution):
     import lessons
     from lessons.exercises.holed import HoledKernel
     stage = lessons.stage(STAGE)
-
-    def cpu_config(m, n, k):
-        config = stage.config(m, n, k)
-        return config.replace(stages=min(config.stages, 2))  # the ring wraps every other K block
-
     return HoledKernel(stage.config, lambda m, n, k: dict(empty_arrivals=solution.empty_arrivals),
-                       cpu_config_of=cpu_config, sm_count_cpu=4)
+                       cpu_stages=2, sm_count_cpu=4)  # the ring wraps every other K block
 
 
 EXERCISE = Exercise(

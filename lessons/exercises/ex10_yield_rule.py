@@ -72,12 +72,8 @@ class Stage10Candidate:
         stage = lessons.stage(STAGE)
         self.solution, self._checked = solution, False
 
-        def cpu_config(m, n, k):
-            config = stage.config(m, n, k)
-            return config.replace(stages=min(config.stages, 2))
-
         self.kernel = HoledKernel(stage.config, lambda m, n, k: dict(ffma_rule=solution.select_flips),
-                                  cpu_config_of=cpu_config, sass_shape=(4096, 4096, 7168), check=self.check,
+                                  cpu_stages=2, sass_shape=(4096, 4096, 7168), check=self.check,
                                   sm_count_cpu=4)
 
     def check(self) -> None:

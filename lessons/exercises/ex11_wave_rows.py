@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from lessons.exercises import Exercise
+from lessons.exercises import Exercise, failures
 
 STAGE = 11
 PROMPT = """\
@@ -62,24 +62,15 @@ def check_offsets(solution) -> None:
 
 def wave_rows(solution) -> list[str]:
     """Each warpgroup's waves start where the stage's rule puts them (wave w of all warpgroups: one 128-row slab)."""
-    try:
-        check_offsets(solution)
-    except AssertionError as error:
-        return [str(error)]
-    return []
+    return failures(check_offsets, solution)
 
 
 def build(solution):
     import lessons
     from lessons.exercises.holed import HoledKernel
     stage = lessons.stage(STAGE)
-
-    def cpu_config(m, n, k):
-        config = stage.config(m, n, k)
-        return config.replace(stages=min(config.stages, 2))  # the ring wraps at small K
-
     return HoledKernel(stage.config, lambda m, n, k: dict(wave_offset=solution.wave_offset),
-                       cpu_config_of=cpu_config, sm_count_cpu=4)
+                       cpu_stages=2, sm_count_cpu=4)  # the ring wraps at small K
 
 
 EXERCISE = Exercise(

@@ -16,7 +16,7 @@ import random
 import secrets
 from types import SimpleNamespace
 
-from lessons.exercises import Exercise
+from lessons.exercises import Exercise, failures
 
 STAGE = 12
 PROMPT = """\
@@ -75,24 +75,15 @@ def balanced_shares(solution) -> list[str]:
     """The ranks' runs cover the tile's K blocks once, in rank order, their lengths within one block of each other,
     for any split and K block count (small ones, and more drawn at random). Lopsided shares compute D right at the
     graded shapes; the balance, and the rule holding at every K, is the technique."""
-    try:
-        check_shares(solution)
-    except AssertionError as error:
-        return [str(error)]
-    return []
+    return failures(check_shares, solution)
 
 
 def build(solution):
     import lessons
     from lessons.exercises.holed import HoledKernel
     stage = lessons.stage(STAGE)
-
-    def cpu_config(m, n, k):
-        config = stage.config(m, n, k)
-        return config.replace(stages=min(config.stages, 2))  # the ring wraps at small K
-
-    return HoledKernel(stage.config, lambda m, n, k: dict(k_share=solution.k_share), cpu_config_of=cpu_config,
-                       sass_shape=stage.SHAPE, sm_count_cpu=4)
+    return HoledKernel(stage.config, lambda m, n, k: dict(k_share=solution.k_share), cpu_stages=2,
+                       sass_shape=stage.SHAPE, sm_count_cpu=4)  # the ring wraps at small K
 
 
 EXERCISE = Exercise(

@@ -14,13 +14,17 @@ class HoledKernel:
     """A generated stage's kernel with holes plugged in, as a :class:`lessons.exercises.Candidate`.
 
     ``config_of(m, n, k)``: the stage's config; ``seams(m, n, k)``: the :class:`gemm.kernel.seams.Seams` fields for
-    that shape (the student's functions); ``cpu_config_of(m, n, k)``: the config the emulator runs (e.g. fewer stages, so
-    the ring wraps at small K; default ``config_of``); ``sass_shape``: the (M, N, K) whose cubin :meth:`sass` disassembles;
+    that shape (the student's functions); ``cpu_config_of(m, n, k)``: the config the emulator runs (default
+    ``config_of``, its ring cut to ``cpu_stages`` stages when that is given, so the ring wraps at small K); ``sass_shape``: the (M, N, K) whose cubin :meth:`sass` disassembles;
     ``check()``: raises when the student's functions break a rule the kernel cannot show by itself (called by
     :meth:`run_cpu` and :meth:`sass`)."""
 
-    def __init__(self, config_of, seams, *, cpu_config_of=None, sass_shape=(1000, 2112, 512),
-                 check=None, sm_count_cpu: int = 3):
+    def __init__(self, config_of, seams, *, cpu_config_of=None, cpu_stages: int | None = None,
+                 sass_shape=(1000, 2112, 512), check=None, sm_count_cpu: int = 3):
+        if cpu_config_of is None and cpu_stages is not None:
+            def cpu_config_of(m, n, k):
+                config = config_of(m, n, k)
+                return config.replace(stages=min(config.stages, cpu_stages))
         self.config_of, self.seams, self.cpu_config_of = config_of, seams, cpu_config_of or config_of
         self.sass_shape, self.check, self.sm_count_cpu = sass_shape, check or (lambda: None), sm_count_cpu
         self._kernels: dict = {}
