@@ -3,7 +3,7 @@
     python -m gemm prebuild --model deepseek-v3 --jobs 8      # compile a model's kernels into the disk cache
     python -m gemm prebuild --shapes "2112,7168;24576,1536" --max-m 4096
 
-Benchmarks: ``python -m gemm bench dense | grouped | wgrad | configs | host | new-m``; ``python -m gemm sanitize``.
+Benchmarks: ``python -m gemm bench dense | grouped | wgrad | configs | flush | host | new-m``; ``python -m gemm sanitize``.
 """
 from __future__ import annotations
 
@@ -62,6 +62,8 @@ BENCHES = {  # name: (module under gemm.testing, what it times, its add_argument
     "wgrad": ("bench_wgrad", "the weight-gradient GEMMs (wgrad, k-grouped wgrad) beside DeepGEMM 2507 (--deepgemm) on "
               "its test_core shapes (results/wgrad.json)", "add_arguments", "run"),
     "configs": ("bench_configs", "named kernel configs (production[:field=value,...]) on shapes", "add_arguments", "run"),
+    "flush": ("bench_flush", "the production kernel after a dirty (memset) and a clean (read) L2 flush, beside the "
+              "memory floor (reading the same bytes) after each (results/l2_flush.json)", "add_arguments", "run"),
     "host": ("bench_host", "host time per call without a graph: dense, grouped, cuBLAS; the hot path piece by piece",
              "add_host_arguments", "run_host"),
     "new-m": ("bench_host", "host cost of 50 new M: cold cache, warm disk cache, warm process", None, "run_new_m"),
@@ -84,7 +86,7 @@ def _gpu_ready(command: str, needs_torch: bool = True) -> str | None:
 
 def _add_bench(commands) -> None:
     import importlib
-    parser = commands.add_parser("bench", help="benchmarks (GPU): dense | grouped | wgrad | configs | host | new-m",
+    parser = commands.add_parser("bench", help="benchmarks (GPU): dense | grouped | wgrad | configs | flush | host | new-m",
                                  description="Check, then time with the one kernel timer (CUDA-graph replay of "
                                              "(L2 flush; call) pairs minus the flushes).")
     kinds = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")
@@ -97,7 +99,7 @@ def _add_bench(commands) -> None:
 
 def _run_bench(args) -> int:
     import importlib
-    problem = _gpu_ready(f"python -m gemm bench {args.bench}", needs_torch=args.bench != "configs")
+    problem = _gpu_ready(f"python -m gemm bench {args.bench}", needs_torch=args.bench not in ("configs", "flush"))
     if problem:
         print(problem, file=sys.stderr)
         return 2

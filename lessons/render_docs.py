@@ -90,6 +90,13 @@ def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def flush_block(result: dict) -> str:
+    """``python -m gemm bench flush``: ours and the memory floor after each L2 flush (gemm.testing.bench_flush)."""
+    from gemm.testing.bench_flush import COLUMNS, flat_row
+    return "\n".join([describe_device(result), "", format_table(COLUMNS, [flat_row(r) for r in result["rows"]],
+                                                                markdown=True)])
+
+
 def ablation_block(result: dict) -> str:
     """A ``python -m lessons ablate N`` result: its rows in the columns the command prints (lessons.ablate)."""
     shape = result.get("shape", {})
@@ -268,6 +275,13 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
         "gemm_bench_results": bench_block(read_result(bench_json), results / "gemm_bench.png", docs)
         if bench_json.exists() else _missing("python -m gemm bench dense", "gemm_bench.json"),
     }
+    clean_json = results / "gemm_bench_clean_l2.json"
+    if clean_json.exists():
+        blocks["gemm_bench_clean_l2_results"] = bench_block(read_result(clean_json), clean_json.with_suffix(".png"),
+                                                            docs)
+    flush_json = results / "l2_flush.json"
+    if flush_json.exists():
+        blocks["l2_flush"] = flush_block(read_result(flush_json))
     blocks.update(ablation_blocks(results, docs))
     grouped_json = results / "grouped_bench.json"
     blocks["grouped_bench_results"] = grouped_block(read_result(grouped_json)) if grouped_json.exists() else \
@@ -282,7 +296,8 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     blocks["training_precision"] = training_recipe.markdown_block(read_result(training_json)) \
         if training_json.exists() else (f"_No result yet: run `{training_recipe.COMMAND}` (CPU, seconds), commit "
                                          f"`results/{training_recipe.RESULT_NAME}`, then `python -m lessons docs`._")
-    for sweep in (results / "ffma_pass.json", results / "multicast.json", results / "pdl_back_to_back.json"):
+    for sweep in (results / "ffma_pass.json", results / "multicast.json", results / "pdl_back_to_back.json",
+                  results / "uniform_offsets.json", results / "pdl_clean_flush.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))
     other_ladders = sorted(results.glob("ladder_*x*x*.json"))  # runs at a stage's own shape (ladder_file)

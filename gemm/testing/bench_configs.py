@@ -18,6 +18,7 @@ import shlex
 
 import numpy as np
 
+from gemm.testing.l2_flush import FLUSHES
 from gemm.testing.problems import checked_run, device_problem, flops, gemm_bytes, random_problem, reference_rows
 from gemm.testing.records import Column, device_info, format_table, write_result
 from gemm.testing.timer import bench_back_to_back, bench_kernel
@@ -106,6 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--back-to-back", type=int, default=0, metavar="CALLS",
                         help="time CALLS calls back to back in one graph, no L2 flush (launch gaps, ramp-up and tail "
                              "included: the measure for pdl=True) instead of flushed single calls")
+    parser.add_argument("--flush", choices=FLUSHES, default="memset",
+                        help="how the L2 is emptied before each flushed call: memset (leaves it dirty; default) or "
+                             "clean (a read pass), gemm/testing/l2_flush.py")
 
 
 def run(args) -> int:
@@ -119,7 +123,7 @@ def run(args) -> int:
             except (ValueError, TypeError) as error:  # e.g. multicast on a one-wave config: say why, go on
                 skipped.append({"name": name, "config": "-", "status": f"n/a: {error}"})
         timer = (functools.partial(bench_back_to_back, calls=args.back_to_back) if args.back_to_back
-                 else bench_kernel)
+                 else functools.partial(bench_kernel, flush=args.flush))
         shape_rows = time_configs(m, n, k, configs, timer=timer, rounds=args.rounds) + skipped
         timed = [r for r in shape_rows if "time_us" in r]
         for row in shape_rows:
@@ -131,11 +135,12 @@ def run(args) -> int:
         rows += shape_rows
     if args.json:
         options = ([f"--rounds={args.rounds}"] if args.rounds != 1 else []) + \
-            ([f"--back-to-back={args.back_to_back}"] if args.back_to_back else [])
+            ([f"--back-to-back={args.back_to_back}"] if args.back_to_back else []) + \
+            ([f"--flush={args.flush}"] if args.flush != "memset" else [])
         command = shlex.join(["python", "-m", "gemm", "bench", "configs", args.shapes, *args.configs, *options])
         timing = (f"CUDA-graph replay of {args.back_to_back} calls back to back, no flush; median of 5"
                   if args.back_to_back else
-                  "CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only; median of 5")
+                  f"CUDA-graph replay of (256 MiB L2 flush: {args.flush}; call) pairs minus flushes only; median of 5")
         if args.rounds > 1:
             timing += f"; {args.rounds} rounds, configs in alternating order, best kept"
         write_result(args.json, command=command, rows=rows, device=device_info(), configs=args.configs, timing=timing)

@@ -15,6 +15,7 @@ and versions, the summary, and the host time per call.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import numpy as np
 from gemm.testing.bench_dense import BENCH_SHAPES, parse_shapes
 from gemm.testing.bench_grouped import CONTIGUOUS_SHAPES, MASKED_SHAPES, grouped_problem
 from gemm.testing.deepgemm_peer import DeepGemmProcess, dense_payload, parse_deepgemm, start_peers
+from gemm.testing.l2_flush import FLUSHES
 from gemm.testing.peers import CublasBlockwise
 from gemm.testing.problems import (TorchProblem, check_rows, flops, gemm_bytes, poison_torch, random_problem,
                                    reference_rows, torch_output_parts)
@@ -33,8 +35,9 @@ from gemm.testing.timer import bench_kernel
 
 OURS, CUBLAS = "ours", "cublas"
 LABELS = {CUBLAS: "cuBLAS"}  # column and legend names; a DeepGEMM tree's is the name it was given
-TIMING = ("CUDA-graph replay of (256 MiB L2 flush; call) pairs minus flushes only, median of 5; contenders interleaved "
-          "A-B-C-D-D-C-B-A per shape, best of the rounds kept")
+TIMING = ("CUDA-graph replay of (256 MiB L2 flush: {flush}; call) pairs minus flushes only, median of 5; contenders "
+          "interleaved A-B-C-D-D-C-B-A per shape, best of the rounds kept")
+RESULT_FILES = {"memset": "gemm_bench", "clean": "gemm_bench_clean_l2"}  # per flush (gemm.testing.l2_flush)
 
 
 @dataclass
@@ -62,10 +65,10 @@ def _local(name: str, launch, out, reference, timer) -> Contender:
     return Contender(name, check, timed)
 
 
-def _remote(process: DeepGemmProcess, key, payload: dict, reference) -> Contender:
+def _remote(process: DeepGemmProcess, key, payload: dict, reference, flush: str = "memset") -> Contender:
     process.load(key, payload)
     return Contender(process.tree.name, lambda: check_rows(*process.check(key, reference.rows), reference),
-                     lambda: process.time(key))
+                     lambda: process.time(key, flush))
 
 
 def run_contenders(row: dict, make: list[tuple[str, Callable[[], Contender]]], flop_count: int, byte_count: int,
@@ -106,8 +109,9 @@ def run_contenders(row: dict, make: list[tuple[str, Callable[[], Contender]]], f
 
 
 def dense_row(m: int, n: int, k: int, rng, deepgemm: list[DeepGemmProcess], *, with_cublas: bool = True,
-              rounds: int = 2, timer=bench_kernel) -> dict:
+              rounds: int = 2, flush: str = "memset") -> dict:
     from gemm.api import fp8_gemm_nt
+    timer = functools.partial(bench_kernel, flush=flush)
     a, sa, b, sb = random_problem(m, n, k, rng)
     reference = reference_rows(a, sa, b, sb, rng)
     row = {"M": m, "N": n, "K": k}
@@ -123,7 +127,7 @@ def dense_row(m: int, n: int, k: int, rng, deepgemm: list[DeepGemmProcess], *, w
 
     make = [(OURS, ours)] + ([(CUBLAS, cublas)] if with_cublas else [])
     payload = dense_payload(a, sa, b, sb) if deepgemm else None
-    make += [(p.tree.name, lambda p=p: _remote(p, (m, n, k), payload, reference)) for p in deepgemm]
+    make += [(p.tree.name, lambda p=p: _remote(p, (m, n, k), payload, reference, flush)) for p in deepgemm]
     try:
         return run_contenders(row, make, flops(m, n, k), gemm_bytes(m, n, k), rounds)
     finally:
@@ -132,8 +136,9 @@ def dense_row(m: int, n: int, k: int, rng, deepgemm: list[DeepGemmProcess], *, w
 
 
 def grouped_row(layout: str, groups: int, m: int, n: int, k: int, rng, deepgemm: list[DeepGemmProcess], *,
-                rounds: int = 2, timer=bench_kernel) -> dict:
+                rounds: int = 2, flush: str = "memset") -> dict:
     """A grouped shape: ours and each DeepGEMM (cuBLAS has no grouped FP8 GEMM with these scales)."""
+    timer = functools.partial(bench_kernel, flush=flush)
     row = {"layout": layout, "groups": groups, "M": m, "N": n, "K": k}
     try:
         problem = grouped_problem(layout, groups, m, n, k, rng)
@@ -142,7 +147,7 @@ def grouped_row(layout: str, groups: int, m: int, n: int, k: int, rng, deepgemm:
         return row
     key = (layout, groups, m, n, k)
     make = [(OURS, lambda: _local(OURS, problem.launch, problem.out, problem.reference, timer))]
-    make += [(p.tree.name, lambda p=p: _remote(p, key, problem.payload, problem.reference)) for p in deepgemm]
+    make += [(p.tree.name, lambda p=p: _remote(p, key, problem.payload, problem.reference, flush)) for p in deepgemm]
     try:
         return run_contenders(row, make, problem.flop_count, problem.byte_count, rounds)
     finally:
@@ -247,7 +252,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="interleaved timing rounds per shape (default 2)")
     parser.add_argument("--warm-processes", type=int, default=None,
                         help="parallel DeepGEMM compile processes before timing (default: the CPU count)")
-    parser.add_argument("--out", type=Path, default=Path("results"), help="folder for gemm_bench.json")
+    parser.add_argument("--flush", choices=FLUSHES, default="memset",
+                        help="how the L2 is emptied before each timed call: memset (leaves it dirty, as DeepGEMM's "
+                             "bench does; default, writes gemm_bench.json) or clean (a read pass; writes "
+                             "gemm_bench_clean_l2.json); see gemm/testing/l2_flush.py")
+    parser.add_argument("--out", type=Path, default=Path("results"),
+                        help="folder for gemm_bench.json (gemm_bench_clean_l2.json with --flush clean)")
     parser.add_argument("--no-overhead", action="store_true", help="skip the host-time measurement")
 
 
@@ -264,11 +274,12 @@ def run(args) -> int:
     rows = []
     try:
         for m, n, k in tqdm(args.shapes, desc="gemm bench dense", unit="shape"):
-            rows.append(dense_row(m, n, k, rng, processes, with_cublas=not args.no_cublas, rounds=args.rounds))
+            rows.append(dense_row(m, n, k, rng, processes, with_cublas=not args.no_cublas, rounds=args.rounds,
+                                  flush=args.flush))
             tqdm.write(_progress_line(rows[-1]))
             torch.cuda.empty_cache()
         for layout, groups, m, n, k in tqdm(grouped, desc="grouped", unit="shape"):
-            rows.append(grouped_row(layout, groups, m, n, k, rng, processes, rounds=args.rounds))
+            rows.append(grouped_row(layout, groups, m, n, k, rng, processes, rounds=args.rounds, flush=args.flush))
             tqdm.write(_progress_line(rows[-1]))
             torch.cuda.empty_cache()
     finally:
@@ -285,15 +296,15 @@ def run(args) -> int:
     if overhead:
         print(describe_overhead(overhead, unit="us"))
     device = device_info()
-    path = args.out / "gemm_bench.json"
+    path, chart = (args.out / (RESULT_FILES[args.flush] + suffix) for suffix in (".json", ".png"))
     write_result(path, command=command_line("gemm"), rows=rows, device=device, summary=summary,
                  peers={p.tree.name: {"path": str(p.tree.path), "module": p.version} for p in processes},
-                 host_overhead=overhead, timing=TIMING)
+                 host_overhead=overhead, timing=TIMING.format(flush=args.flush), flush=args.flush)
     try:
-        plot(rows, args.out / "gemm_bench.png", title=f"{device.get('name', 'GPU')}: TFLOP/s per shape, same run")
+        plot(rows, chart, title=f"{device.get('name', 'GPU')}: TFLOP/s per shape, same run, L2 flush: {args.flush}")
     except Exception as error:  # the JSON is the result; the chart is a view of it
         print(f"no chart: {type(error).__name__}: {error}")
-    print(f"wrote {path} and {args.out / 'gemm_bench.png'}")
+    print(f"wrote {path} and {chart}")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 

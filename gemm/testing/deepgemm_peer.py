@@ -72,8 +72,8 @@ class DeepGemmProcess:
     """One DeepGEMM tree served by a child process over a private socket pair.
 
     ``load(key, problem)`` sends a problem (:func:`dense_payload`, :func:`grouped_payload`); ``check(key, rows)``
-    runs it once into a NaN-poisoned output and returns (NaN count, BF16 bits of ``rows``); ``time(key)`` returns
-    the timer's fields. A child's failure comes back as a RuntimeError naming the tree, never as a hang.
+    runs it once into a NaN-poisoned output and returns (NaN count, BF16 bits of ``rows``); ``time(key, flush)``
+    returns the timer's fields. A child's failure comes back as a RuntimeError naming the tree, never as a hang.
     """
 
     def __init__(self, tree: DeepGemmTree, *, device: int | str = 0, cache_root: Path | None = None):
@@ -114,8 +114,8 @@ class DeepGemmProcess:
     def check(self, key, rows) -> tuple[int, np.ndarray]:
         return self._request("check", key, np.asarray(rows))
 
-    def time(self, key) -> dict:
-        return self._request("time", key)
+    def time(self, key, flush: str = "memset") -> dict:
+        return self._request("time", key, flush)
 
     def drop(self, key) -> None:
         self._request("drop", key)
@@ -276,7 +276,7 @@ def serve(fd: int, device: str) -> int:
         "load": lambda key, payload: loaded.__setitem__(
             key, _Loaded(deep_gemm, torch, payload, "cpu" if on_cpu else f"cuda:{device}")),
         "check": lambda key, rows: loaded[key].check(rows),
-        "time": lambda key: asdict(bench_kernel(loaded[key].launch, device=device)),
+        "time": lambda key, flush="memset": asdict(bench_kernel(loaded[key].launch, device=device, flush=flush)),
         "drop": drop,
         "quit": lambda: None,
     }

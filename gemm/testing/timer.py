@@ -6,8 +6,9 @@ replay it, and subtract the replay time of the same graph with the flushes alone
     kernel_us = (t(graph of flush+launch pairs) - t(graph of flushes)) / pairs
 
 Launch gaps vanish inside a graph replay (they are up to 40% of an M=64 kernel when timed per call), and a
-256 MiB memset before every call evicts the 50 MB L2 so each call reads its operands from HBM, as it would
-inside a model. ``launch(stream)`` may come from Numba (``numba.cuda.external_stream``), from our PTX runtime
+256 MiB flush before every call evicts the 50 MB L2 so each call reads its operands from HBM, as it would
+inside a model: a memset by default, or with ``flush="clean"`` a read pass that leaves the L2 clean rather than
+dirty (:mod:`gemm.testing.l2_flush` says when that matters). ``launch(stream)`` may come from Numba (``numba.cuda.external_stream``), from our PTX runtime
 (an int handle) or from torch (``torch.cuda.ExternalStream``): all we need is that it enqueues one kernel
 call on the stream it is given, without allocating or synchronizing.
 
@@ -104,12 +105,29 @@ def timing_stream(device: int | None = None) -> int:
 
 def _flush_buffer(flush_bytes: int, device: int = 0) -> int:
     if (device, flush_bytes) not in _flush_buffers:
-        _flush_buffers[device, flush_bytes] = int(_check(_driver().cuMemAlloc(flush_bytes)))
+        buffer = int(_check(_driver().cuMemAlloc(flush_bytes)))
+        _check(_driver().cuMemsetD32(buffer, 0, flush_bytes // 4))  # the read pass reads zeros, writes nothing
+        _flush_buffers[device, flush_bytes] = buffer
     return _flush_buffers[device, flush_bytes]
 
 
-def _enqueue_flush(buffer: int, flush_bytes: int, stream: int) -> None:
-    _check(_driver().cuMemsetD32Async(buffer, 0, flush_bytes // 4, stream))
+def check_flush(flush: str) -> str:
+    from gemm.testing.l2_flush import FLUSHES
+    if flush not in FLUSHES:
+        raise ValueError(f"flush must be one of {', '.join(FLUSHES)}, got {flush!r}")
+    return flush
+
+
+def _enqueue_flush(buffer: int, flush_bytes: int, stream: int, flush: str = "memset", device: int = 0) -> None:
+    if flush == "clean":
+        from gemm.testing.l2_flush import enqueue_read_pass
+        enqueue_read_pass(buffer, flush_bytes, stream, device)
+        # A memset node (4 bytes) between the read pass and the call: a call launched with programmatic
+        # dependent launch would otherwise start its CTAs during the read pass's last wave, and the timer would
+        # charge the call for the flush it slowed; after a memset it waits, as after the memset flush.
+        _check(_driver().cuMemsetD32Async(buffer, 0, 1, stream))
+    else:
+        _check(_driver().cuMemsetD32Async(buffer, 0, flush_bytes // 4, stream))
 
 
 def _elapsed_ms(stream: int, enqueue: Callable[[], None]) -> float:
@@ -192,30 +210,37 @@ def choose_pairs(call_seconds: float, flush_seconds: float) -> int:
 
 
 def bench_kernel(launch: Callable[[int], None], *, flush_bytes: int = FLUSH_BYTES, pairs: int | None = None,
-                 reps: int = 5, before_replay: Callable[[], None] | None = None, device: int | None = None) -> Timing:
+                 reps: int = 5, before_replay: Callable[[], None] | None = None, device: int | None = None,
+                 flush: str = "memset") -> Timing:
     """Kernel time of ``launch(stream_handle)`` (see the module docstring); median and min over ``reps``.
+    ``flush``: "memset" (L2 left dirty) or "clean" (a read pass; L2 left clean), :mod:`gemm.testing.l2_flush`.
 
     ``before_replay()`` runs once, after both graphs are captured and before the first replay: a grader poisons the
     output there, so what it reads afterwards was written by the replays themselves, not by a call outside them."""
+    check_flush(flush)
     driver = _driver()
     stream = timing_stream(device)  # ``device``'s (default: the current one's); its context is current from here
-    buffer = _flush_buffer(flush_bytes, _current_device())
+    device = _current_device()
+    buffer = _flush_buffer(flush_bytes, device)
+
+    def enqueue_flush():
+        _enqueue_flush(buffer, flush_bytes, stream, flush, device)
 
     launch(stream)  # compilation, first-touch allocations and caches happen here, never inside the capture
     _check(driver.cuStreamSynchronize(stream))
     call_ms = _elapsed_ms(stream, lambda: launch(stream))
-    flush_ms = _elapsed_ms(stream, lambda: _enqueue_flush(buffer, flush_bytes, stream))
+    flush_ms = _elapsed_ms(stream, enqueue_flush)
     if pairs is None:
         pairs = choose_pairs(call_ms / 1e3, flush_ms / 1e3)
 
     def pairs_of_flush_and_call():
         for _ in range(pairs):
-            _enqueue_flush(buffer, flush_bytes, stream)
+            enqueue_flush()
             launch(stream)
 
     def flushes_only():
         for _ in range(pairs):
-            _enqueue_flush(buffer, flush_bytes, stream)
+            enqueue_flush()
 
     counts: list = []
     with_calls = _capture(stream, pairs_of_flush_and_call, counts)

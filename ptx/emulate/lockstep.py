@@ -53,11 +53,12 @@ class CTA:
             number = int(number, 16 if "x" in number.lower() else 10)
             return np.full(self.n, number - (1 << 64) if number >= 1 << 63 else number, np.int64)
         specials = {"%tid.x": self.tid, "%ctaid.x": self.ctaid[0], "%ctaid.y": self.ctaid[1],
-                    "%nctaid.x": self.nctaid[0], "%nctaid.y": self.nctaid[1], "%laneid": self.tid % 32}
+                    "%nctaid.x": self.nctaid[0], "%nctaid.y": self.nctaid[1], "%ntid.x": self.n,
+                    "%laneid": self.tid % 32}
+        if token in self.extra_specials:  # first: a caller's own values (a scheduled CTA's %ntid.x is not self.n)
+            return np.full(self.n, self.extra_specials[token], np.int64)
         if token in specials:
             return np.broadcast_to(np.asarray(specials[token], np.int64), (self.n,)).copy()
-        if token in self.extra_specials:
-            return np.full(self.n, self.extra_specials[token], np.int64)
         if token in self.symbols:
             return np.full(self.n, self.symbols[token], np.int64)
         raise EmulationError(f"unknown operand {token!r} (a register read before it was written?)")
@@ -102,6 +103,19 @@ class CTA:
             self.execute(ins.opcode, list(ins.ops), mask)
             pc += 1
 
+    def shuffle_index(self, ops: list[str], mask: np.ndarray) -> None:
+        """shfl.sync.idx.b32 d, a, lane, 31, membermask over whole warps: each lane reads lane ``lane``'s ``a``
+        (the only form the generator emits: full warp, no clamp segments, no predicate out)."""
+        if "|" in ops[0] or int(self.value(ops[3])[0]) != 31 or int(self.value(ops[4])[0]) & 0xFFFFFFFF != 0xFFFFFFFF:
+            raise EmulationError(f"shfl.sync.idx {', '.join(ops)}: only the full-warp form (c = 31, membermask -1) "
+                                 "is modelled")
+        warps = mask.reshape(-1, 32)
+        if not warps[warps.any(1)].all():
+            raise EmulationError("shfl.sync with lanes of its warp missing (membermask -1 names all 32)")
+        source = (self.value(ops[1]).astype(np.int64) & _MASK["32"]).reshape(-1, 32)
+        lanes = (self.value(ops[2]).astype(np.int64) & 31).reshape(-1, 32)
+        self.write(ops[0], np.take_along_axis(source, lanes, axis=1).reshape(-1), mask)
+
     def execute(self, opcode: str, ops: list[str], mask: np.ndarray):
         parts = opcode.split(".")
         name = parts[0]
@@ -131,6 +145,8 @@ class CTA:
             self.setp(parts, ops, mask)
         elif name == "selp":
             self.write(ops[0], np.where(v(ops[3]).astype(bool), v(ops[1]), v(ops[2])), mask)
+        elif opcode == "shfl.sync.idx.b32":
+            self.shuffle_index(ops, mask)
         elif name == "ld" and parts[1] == "param":
             self.write(ops[0], np.full(self.n, self.params[ops[1].strip("[]")], np.int64), mask)
         elif name == "ld" and parts[1] == "const":  # module-scope .const tables (Program.constants) live in memory

@@ -109,7 +109,7 @@ class ScheduledCTA:
                          "%nclusterid.x": self.nctaid[0] // size, "%nclusterid.y": self.nctaid[1],
                          "%nclusterid.z": 1, "%cluster_ctaid.x": self.rank, "%cluster_ctaid.y": 0,
                          "%cluster_ctaid.z": 0, "%cluster_nctaid.x": size, "%cluster_nctaid.y": 1,
-                         "%cluster_nctaid.z": 1}
+                         "%cluster_nctaid.z": 1, "%ntid.x": threads}
         self.smem = np.zeros(shared_bytes, np.uint8)
         # per byte: the thread (rank * 1024 + tid) whose generic-proxy write no fence.proxy.async has covered yet,
         # -1 for none, and the line of that write (ptx.emulate.async_proxy, "Proxies")
