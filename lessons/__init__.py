@@ -42,6 +42,7 @@ STAGES = {
     10: "10_ffma_interleave",
     11: "11_tall_tiles",
     12: "12_split_k",
+    13: "13_uniform_datapath",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 # Topic lessons (lessons/<name>.py): one subject told across the stages, not a rung of the ladder. No stage number,

@@ -13,11 +13,12 @@ from gemm.kernel.config import max_stages
 
 
 def stage06_config(m: int, n: int, k: int) -> KernelConfig:
-    """The generator configured as stage 06: its block shape and stage count, thread 0 producing inline."""
+    """The generator configured as stage 06: its block shape and stage count, thread 0 producing inline, offsets
+    per thread as %tid gives them (stage 13 makes the warpgroup's warp-uniform)."""
     import lessons
     plan = lessons.stage(6).Plan(m, n, k)
     return KernelConfig(block_m=plan.block_m, block_n=plan.block_n, stages=plan.stages, producer="inline",
-                        registers=None, persistent=False, raster_group=0, epilogue="staged")
+                        registers=None, persistent=False, raster_group=0, epilogue="staged", uniform_offsets=False)
 
 
 @dataclass(frozen=True)

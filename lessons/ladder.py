@@ -107,7 +107,7 @@ BOUNDS = {
                   "Hopper runs each e4m3 mma.sync as F2FP unpacks + two FP16 HMMA.16816; ldmatrix + cp.async move "
                   "128 KiB through shared memory per 128^3 block"),
     **{number: StageBound((("qgmma", 1.0),), "wgmma on e4m3 (QGMMA) at the dense FP8 rate")
-       for number in range(5, 13)},
+       for number in lessons.GEMM_STAGES if number >= 5},  # 05 on: wgmma
 }
 PEER_BOUND = StageBound((("qgmma", 1.0),), "cuBLAS blockwise FP8 runs on wgmma")
 

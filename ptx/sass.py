@@ -109,6 +109,13 @@ def disassemble(cubin, function: str | None = None) -> list[Instruction]:
     return instructions
 
 
+def span(instructions, opcode: str) -> list[Instruction]:
+    """The instructions from the first ``opcode`` to the last, both included (empty when there is none): for
+    "QGMMA", a GEMM kernel's K block, the stretch the math warps repeat."""
+    at = [index for index, instruction in enumerate(instructions) if instruction.opcode == opcode]
+    return list(instructions[at[0]:at[-1] + 1]) if at else []
+
+
 def opcode_counts(instructions) -> collections.Counter:
     """Counter of base opcodes, e.g. {"FFMA": 512, "QGMMA": 32, "EXIT": 1}."""
     return collections.Counter(i.opcode for i in instructions)
@@ -164,5 +171,5 @@ def read_instruction(cubin, function: str, offset: int) -> int:
     return int.from_bytes(image[start + offset:start + offset + 16], "little")
 
 
-__all__ = ["Instruction", "disassemble", "opcode_counts", "patch_instruction", "patch_instructions",
+__all__ = ["Instruction", "disassemble", "span", "opcode_counts", "patch_instruction", "patch_instructions",
            "read_instruction", "parse_listing", "nvdisasm_path"]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ptx.emulate import EmulationError, FakeTensorMap, run_kernel
+from ptx.vocab import core
 
 HEADER = ".version 8.5\n.target sm_90a\n.address_size 64\n.extern .shared .align 1024 .b8 smem[];\n"
 REGS = ".reg .b32 %r<32>;\n.reg .b64 %rd<8>;\n.reg .pred %p<8>;\n.reg .f32 %f<4>;\n"
@@ -406,12 +407,43 @@ def test_scalar_instructions():
     np.testing.assert_array_equal(out[:, 6].view(np.float32), 2 * x[::-1])  # through st/ld.shared.f32
 
 
+def shuffle_kernel() -> str:
+    """out[t] = the value of lane (t % 32 + 5) % 32 of t's warp, value = 1000 * warp + 7 * lane; broadcast: warp * 64."""
+    return kernel("shfl", [".u64 shfl_param_out"], 64, f"""
+mov.u32 %r0, %tid.x;
+and.b32 %r1, %r0, 31;
+shr.u32 %r2, %r0, 5;
+mul.lo.u32 %r3, %r2, 1000;
+mad.lo.u32 %r3, %r1, 7, %r3;
+add.u32 %r4, %r1, 5;
+and.b32 %r4, %r4, 31;
+shfl.sync.idx.b32 %r5, %r3, %r4, 31, -1;
+shr.u32 %r6, %r0, 5;
+shl.b32 %r6, %r6, 6;
+{core.warp_broadcast("%r6", "%r6")}
+ld.param.u64 %rd0, [shfl_param_out];
+mul.wide.u32 %rd1, %r0, 8;
+add.s64 %rd0, %rd0, %rd1;
+st.global.u32 [%rd0], %r5;
+st.global.u32 [%rd0+4], %r6;
+ret;
+""")
+
+
+def test_shuffle_index_reads_the_named_lane_of_its_own_warp():
+    out = np.zeros((64, 2), np.uint32)
+    run_kernel(shuffle_kernel(), "shfl", (1,), 64, 0, dict(out=out))
+    t = np.arange(64)
+    np.testing.assert_array_equal(out[:, 0], 1000 * (t // 32) + 7 * ((t % 32 + 5) % 32))
+    np.testing.assert_array_equal(out[:, 1], 64 * (t // 32))
+
+
 # ------------------------------------------------------------------------------ the text is real PTX
 @pytest.mark.parametrize("name, text", [("ring", ring()), ("ring", ring(early_release=True)),
                                         ("stm", stmatrix_kernel(1)), ("stm", stmatrix_kernel(2)),
                                         ("stm", stmatrix_kernel(4)), ("st", store_kernel()),
                                         ("named", named_kernel()), ("mma", wgmma_kernel("rewrite wait store")),
-                                        ("ops", scalar_kernel())])
+                                        ("ops", scalar_kernel()), ("shfl", shuffle_kernel())])
 def test_kernels_assemble_for_sm90a(name, text):
     from ptx.compile import compile_ptx
     assembler = "ptxas" if name == "ring" else "nvjitlink"  # written by hand; the ring moves registers (setmaxnreg)

@@ -1,4 +1,4 @@
-"""Exercises 06-12 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+"""Exercises 06-13 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
 correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
 cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
 import dataclasses
@@ -13,7 +13,7 @@ from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
 from ptx.emulate import EmulationError
 
-STAGES = (6, 7, 8, 9, 10, 11, 12)
+STAGES = (6, 7, 8, 9, 10, 11, 12, 13)
 
 
 def load(path):
@@ -387,3 +387,38 @@ def test_const_tables_are_declared_once_and_emulated():
     kb.emit("ret;")
     program = Program(module([kb]), "k")
     assert program.constants["t"].tolist() == [1, 2, 3]
+
+
+def test_13_broadcasting_a_lane_s_own_value_is_wrong(rng):
+    """A lane's own fragment row (or its lane index) broadcast from lane 0: every lane reads lane 0's scales and
+    stores to its rows, so D is wrong (or the run stops: a release meant for lane 0 comes from every lane)."""
+    ex = exercise(13)
+    problem = random_problem(*ex.shapes_cpu[0], rng)
+    for wrong in (("fragment_row", "warpgroup_offset"), ("lane",)):
+        try:
+            d = ex.build(SimpleNamespace(warp_uniform=lambda values, w=wrong: w)).run_cpu(*problem)
+        except EmulationError:
+            continue
+        assert calc_diff(np.nan_to_num(d, nan=1e30), reference_gemm(*problem)) > 1e-3, wrong
+
+
+def test_13_no_broadcast_is_right_but_not_the_technique(rng):
+    """Nothing broadcast (stage 12's kernel): D is right, and the technique check counts the R2UR left in the K loop;
+    the warp index broadcast besides the offset is harmless (it is warp-uniform) and passes."""
+    from lessons.grading.technique import exercise_checks
+    ex = exercise(13)
+    nothing = SimpleNamespace(warp_uniform=lambda values: ())
+    check_correct(ex.build(nothing), *ex.shapes_cpu[0], rng)
+    (rule,) = exercise_checks(ex, nothing)
+    assert not rule["passed"] and "R2UR" in rule["detail"], rule["detail"]
+    (rule,) = exercise_checks(ex, SimpleNamespace(warp_uniform=lambda values: ("warp", "warpgroup_offset")))
+    assert rule["passed"], rule["detail"]
+
+
+def test_13_names_no_kernel_has_are_refused(rng):
+    """Unknown names, repeats, or not a sequence of strings: a clear error naming the seam, before anything runs."""
+    ex = exercise(13)
+    for bad in (lambda values: ("tid",), lambda values: ("warp", "warp"), lambda values: "warpgroup_offset",
+                lambda values: (1,)):
+        with pytest.raises(ValueError, match="warp_uniform"):
+            ex.build(SimpleNamespace(warp_uniform=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))

@@ -501,3 +501,17 @@ def test_rendering_is_deterministic():
     assert first == committed.render("05_sw128_atom")
     if json.loads(committed.MANIFEST.read_text())["versions"] == committed.versions():
         assert first == (committed.FIGURE_DIR / "05_sw128_atom.png").read_bytes()  # and the committed file is current
+
+
+def test_uniform_datapath_classes_come_from_the_cubins():
+    """Stage 13's K block: the same tensor-core and promotion work as stage 12's, no R2UR and no vector integer
+    work, fewer instructions (the figure's rows)."""
+    from collections import Counter
+
+    from lessons.figures import LADDER_SHAPE, k_block_classes
+    from lessons.figures.uniform_datapath import CLASSES
+    names = [name.split(" (")[0] for name, _, _ in CLASSES]
+    before, after = (Counter(names[c] for c in k_block_classes(n, *LADDER_SHAPE)) for n in (12, 13))
+    assert before["tensor core"] == after["tensor core"] and before["promotion"] == after["promotion"]
+    assert before["vector to uniform move"] > 0 and after["vector to uniform move"] == 0
+    assert after["vector integer"] == 0 and sum(after.values()) < sum(before.values())

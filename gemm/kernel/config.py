@@ -96,6 +96,9 @@ class KernelConfig:
     pdl: bool = False  # programmatic dependent launch: the prologue overlaps the previous kernel's tail
     b_scales: str = "128x128"
     split_k: int = 1
+    # the math warpgroup's A offset broadcast from lane 0 (shfl.sync), so ptxas builds its wgmma descriptors on the
+    # uniform datapath; False: computed from %tid per thread (the ablation, docs/benchmarks.md)
+    uniform_offsets: bool = True
 
     def __post_init__(self):
         if self.block_m not in (64, 128, 256):
@@ -274,6 +277,8 @@ class KernelConfig:
             fields.append(f"{self.b_scales} B scales")
         if self.split_k > 1:
             fields.append(f"K split over {self.split_k} CTAs")
+        if not self.uniform_offsets:
+            fields.append("per-thread A offsets")
         if self.grouped:
             fields.insert(0, f"m-grouped {self.gemm_type}")
         return ", ".join(fields)

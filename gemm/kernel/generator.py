@@ -161,7 +161,8 @@ class _Kernel:
         b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
         scheduler = TileScheduler(b, self.config, p.n, self.m, "t", seams=self.seams)
         with scheduler.tiles() as (m0, n0):
-            math = MathWarpgroups(b, self.config.block_m, self.config.block_n, self.tid, self.seams)
+            math = MathWarpgroups(b, self.config.block_m, self.config.block_n, self.tid, self.seams,
+                                  self.config.uniform_offsets)
             is_producer = r("pred", "p_producer")
             e(f"setp.eq.u32 {is_producer}, {self.tid}, 0;")
             producer = InlineProducer(self.ring, is_producer, m0, n0)
@@ -192,7 +193,7 @@ class _Kernel:
         b, e, r, p, c = self.b, self.b.emit, self.b.reg, self.plan, self.config
         if c.registers:
             e(w.setmaxnreg(c.registers[1], increase=True))
-        math = MathWarpgroups(b, c.block_m, c.block_n, self.tid, self.seams)
+        math = MathWarpgroups(b, c.block_m, c.block_n, self.tid, self.seams, c.uniform_offsets)
         epilogue = self.epilogue(math)
         sb_tile = r("u32", "sb_tile")
         e(f"add.u32 {sb_tile}, {self.smem}, {p.sb_region};")

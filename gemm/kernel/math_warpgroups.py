@@ -95,11 +95,19 @@ def store_slots(block_n: int, vec: int, lane: int, it: int) -> tuple[int, int]:
     return flat // per_row, (flat % per_row) * vec
 
 
+# a math thread's values made from %tid (MathWarpgroups.__init__): its lane and warp, its first accumulator row in
+# the tile, and its warpgroup's byte offset in the A tile; the first and third differ between the lanes of a warp
+PER_THREAD_VALUES = ("lane", "warp", "fragment_row", "warpgroup_offset")
+
+
 class MathWarpgroups:
     """Emits the consumer side of a (block_m x block_n) tile into ``b``; ``tid`` is %tid.x in a register.
-    ``seams``: a caller's ``wave_offset`` in place of :meth:`wave_row`'s rule (:mod:`gemm.kernel.seams`)."""
+    ``seams``: a caller's ``wave_offset`` in place of :meth:`wave_row`'s rule (:mod:`gemm.kernel.seams`).
+    ``uniform_offset``: broadcast the warpgroup's A offset from lane 0 (KernelConfig.uniform_offsets;
+    :meth:`warp_uniform_values`)."""
 
-    def __init__(self, b: KernelBuilder, block_m: int, block_n: int, tid: str, seams: Seams = NO_SEAMS):
+    def __init__(self, b: KernelBuilder, block_m: int, block_n: int, tid: str, seams: Seams = NO_SEAMS,
+                 uniform_offset: bool = False):
         if block_m % WARPGROUP_ROWS or block_n % 8 or not 8 <= block_n <= 256:
             raise ValueError(f"block {block_m}x{block_n}: M must be a multiple of 64, N of 8 up to 256")
         self.b, self.block_m, self.block_n, self.tid, self.seams = b, block_m, block_n, tid, seams
@@ -119,6 +127,9 @@ class MathWarpgroups:
           f"add.u32 {self.row}, {self.row}, {t};",
           f"shr.u32 {self.wg_a_offset}, {tid}, 7;",
           f"mul.lo.u32 {self.wg_a_offset}, {self.wg_a_offset}, {WARPGROUP_ROWS * A_ROW_BYTES};")
+        values = {"lane": self.lane, "warp": self.warp, "fragment_row": self.row, "warpgroup_offset": self.wg_a_offset}
+        for name in self.warp_uniform_values(uniform_offset):
+            e(core.warp_broadcast(values[name], values[name]))
         self.acc = b.regs("f32", block_n // 2, "acc")
         self.totals = [b.regs("f32", block_n // 2, "tot") for _ in range(self.waves)]
         self.zero_totals()
@@ -126,6 +137,22 @@ class MathWarpgroups:
         self.fresh, self.accumulate = r("pred", "p_fresh"), r("pred", "p_acc")
         e(f"setp.ne.u32 {self.fresh}, {tid}, {tid};", f"setp.eq.u32 {self.accumulate}, {tid}, {tid};")
         self.constant_desc = w.descriptor_constant_part()
+
+    def warp_uniform_values(self, uniform_offset: bool) -> tuple[str, ...]:
+        """The per-thread values broadcast from lane 0 (:data:`PER_THREAD_VALUES`). Computed from %tid, ptxas keeps
+        a value per thread even where all 32 lanes agree, and rebuilds every wgmma descriptor made from it per
+        thread (at 256x128: 18 IMAD + 16 R2UR a k-block); a value from shfl.sync is known to be warp-uniform, so
+        what is made from it stays on the uniform datapath, as DeepGEMM's __shfl_sync does. The rule: the
+        warpgroup's A offset when ``uniform_offset``, or the seam ``warp_uniform``'s answer, checked."""
+        chosen = self.seams.warp_uniform
+        if chosen is None:
+            return ("warpgroup_offset",) if uniform_offset else ()
+        names = chosen(PER_THREAD_VALUES)
+        if (not isinstance(names, (tuple, list)) or any(type(n) is not str or n not in PER_THREAD_VALUES for n in names)
+                or len(set(names)) != len(names)):
+            raise ValueError(f"warp_uniform({PER_THREAD_VALUES}) = {names!r}: must be a tuple of distinct names "
+                             f"from {PER_THREAD_VALUES}")
+        return tuple(names)
 
     def wave_row(self, wave: int) -> int:
         """Rows from a warpgroup's wave 0 to its wave ``wave`` (the same for every warpgroup): ``wave * wave_rows``,
@@ -296,6 +323,6 @@ class MathWarpgroups:
             e(f"{guard}st.global.{kind[0]} [{ptr}+{2 * (row_off * n + col_off)}], {operand};")
 
 
-__all__ = ["MathWarpgroups", "ColumnScales", "fragment_column", "tile_rows", "math_warpgroup_count", "staging_pitch", "staging_bytes",
+__all__ = ["MathWarpgroups", "PER_THREAD_VALUES", "ColumnScales", "fragment_column", "tile_rows", "math_warpgroup_count", "staging_pitch", "staging_bytes",
            "store_vector_elements", "store_slots",
            "BLOCK_K", "K_STEPS", "WARPGROUP_ROWS"]

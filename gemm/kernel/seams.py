@@ -13,7 +13,11 @@ The generator makes a few decisions a course exercise asks a student to make ins
   (:meth:`gemm.kernel.math_warpgroups.MathWarpgroups.wave_row`);
 * ``k_share(rank, split_k, k_blocks) -> (first, end)``: the K blocks a split-K cluster's CTA ``rank`` computes,
   emitted as a table (``_Kernel.setup`` in :mod:`gemm.kernel.generator`; the generator's own rule is
-  :func:`gemm.kernel.config.k_share`).
+  :func:`gemm.kernel.config.k_share`);
+* ``warp_uniform(values) -> names``: which of the math warpgroups' per-thread values
+  (:data:`gemm.kernel.math_warpgroups.PER_THREAD_VALUES`) are broadcast from lane 0 of each warp, so that ptxas
+  may keep them, and what is computed from them, in uniform registers (the generator's own rule: the
+  warpgroup's A offset when ``KernelConfig.uniform_offsets``).
 
 A :class:`Seams` value is passed down ``generate(config, n, k, seams)``, ``cubin``, ``kernel`` and
 ``gemm.testing.emulated.run_gemm``, and is part of each of their cache keys (functions hash by identity), so a kernel built
@@ -35,6 +39,7 @@ class Seams:
     ffma_rule: Callable | None = None
     wave_offset: Callable | None = None
     k_share: Callable | None = None
+    warp_uniform: Callable | None = None
 
 
 NO_SEAMS = Seams()

@@ -25,6 +25,7 @@ figure                         drawn from
 11_tall_tile_waves             ``tile_rows`` (gemm.kernel.math_warpgroups: what ``MathWarpgroups.wave_row`` adds)
 12_split_k_cluster             ``k_share``, ``tiles`` (gemm.kernel.config), ``grid`` (gemm.kernel.launch), stages
                                11 / 12's configs; the exchange of ``_Kernel.gather_partials``
+13_uniform_datapath            stage 12 / 13 cubins, ``span`` of QGMMA (ptx.sass): each instruction's datapath
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -49,6 +50,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
 * :mod:`lessons.figures.sass_bits`: stage 10, the FFMA yield and reuse bits before and after the pass;
 * :mod:`lessons.figures.tall_tiles`: stage 11, the 256-row tile's rows by math warpgroup and wave;
 * :mod:`lessons.figures.split_k`: stage 12, the SMs busy at decode, K blocks by cluster rank, the DSMEM exchange;
+* :mod:`lessons.figures.uniform_datapath`: stage 13, the K block's SASS by datapath, stage 12 against 13;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -70,6 +72,7 @@ from lessons.figures.tensor_core_layouts import (accumulator_map, descriptor_exa
                                                  wgmma_descriptor)
 from lessons.figures.tile_schedules import (MOE_EXAMPLE, census, cluster_multicast, cluster_steps, moe_layouts,
                                             moe_walk_map, raster_map, tile_raster, wave_footprint)
+from lessons.figures.uniform_datapath import k_block_classes, uniform_datapath
 
 FIGURES = {
     "01_naive_thread_map": naive_thread_map,
@@ -87,6 +90,7 @@ FIGURES = {
     "10_ffma_yield_bits": ffma_yield_bits,
     "11_tall_tile_waves": tall_tile_waves,
     "12_split_k_cluster": split_k_cluster,
+    "13_uniform_datapath": uniform_datapath,
     "moe_grouped_layouts": moe_layouts,
 }
 
@@ -95,5 +99,5 @@ __all__ = ["FIGURES", "LADDER_SHAPE", "DECODE_SHAPE", "MOE_EXAMPLE", "Event", "R
            "thread_output_map", "smem_banks", "staging_lanes", "micro_tile_map", "fragment_owner",
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
-           "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy",
+           "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy", "k_block_classes",
            *(function.__name__ for function in FIGURES.values())]

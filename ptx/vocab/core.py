@@ -26,6 +26,13 @@ def global_thread_index(dst: str, scratch: str, axis: str = "x") -> str:
     ])
 
 
+def warp_broadcast(dst: str, src: str, lane: int = 0) -> str:
+    # PTX ISA "shfl.sync" (.idx, whole warp): every lane takes lane ``lane``'s ``src``. Beyond moving data, it
+    # tells ptxas the value is warp-uniform, so what is computed from it (wgmma descriptors) stays on the
+    # uniform datapath instead of being rebuilt per thread and moved over with R2UR
+    return f"shfl.sync.idx.b32 {dst}, {src}, {lane}, 31, -1;"
+
+
 def cluster_rank(dst_u32: str) -> str:
     # PTX ISA "Special Registers" (%cluster_ctarank): this CTA's rank in its cluster
     return special(dst_u32, "cluster_ctarank")
