@@ -27,8 +27,8 @@ fragment, broadcast, would make every lane read lane 0's scales (exercise 13).
 
 The config is stage 12's plus ``uniform_offsets=True`` (production's default). It moves no data and changes no
 arithmetic: what it saves is issue slots and the FMA pipe's time, so it shows where the math warpgroups are the
-limit, the compute-bound shapes (+3-5% on the H100 at 4096 x 7168 x 16384, 4096 x 4096 x 7168 and 8192^3 in
-``results/uniform_offsets.json``), and not at decode, where HBM is.
+limit, the compute-bound shapes (+2-5% on the H100 at 4096 x 7168 x 16384, 4096 x 4096 x 7168 and 8192^3 over two
+runs, ``results/uniform_offsets.json`` and docs/benchmarks.md "SASS to SASS"), and not at decode, where HBM is.
 
 Speed of light: the FP8 tensor cores, 1979 TFLOP/s dense, as for stages 08-12.
 

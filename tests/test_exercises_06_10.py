@@ -404,15 +404,19 @@ def test_13_broadcasting_a_lane_s_own_value_is_wrong(rng):
 
 def test_13_no_broadcast_is_right_but_not_the_technique(rng):
     """Nothing broadcast (stage 12's kernel): D is right, and the technique check counts the R2UR left in the K loop;
-    the warp index broadcast besides the offset is harmless (it is warp-uniform) and passes."""
-    from lessons.grading.technique import exercise_checks
+    the warp index broadcast besides the offset is harmless (it is warp-uniform) and passes. The stub the grader
+    builds for "nothing written" broadcasts nothing, so SHFL is the student's doing, graded."""
+    from lessons.grading.technique import stub_candidate, technique_checks
     ex = exercise(13)
     nothing = SimpleNamespace(warp_uniform=lambda values: ())
     check_correct(ex.build(nothing), *ex.shapes_cpu[0], rng)
-    (rule,) = exercise_checks(ex, nothing)
-    assert not rule["passed"] and "R2UR" in rule["detail"], rule["detail"]
-    (rule,) = exercise_checks(ex, SimpleNamespace(warp_uniform=lambda values: ("warp", "warpgroup_offset")))
-    assert rule["passed"], rule["detail"]
+    stub = stub_candidate(ex)
+    checks = {c["name"]: c for c in technique_checks(ex, ex.build(nothing), stub)}
+    assert not checks["uniform descriptors"]["passed"] and "R2UR" in checks["uniform descriptors"]["detail"]
+    assert checks["uses SHFL"]["graded"] and not checks["uses SHFL"]["passed"]
+    harmless = SimpleNamespace(warp_uniform=lambda values: ("warp", "warpgroup_offset"))
+    checks = {c["name"]: c for c in technique_checks(ex, ex.build(harmless), stub)}
+    assert checks["uniform descriptors"]["passed"] and checks["uses SHFL"]["passed"], checks
 
 
 def test_13_names_no_kernel_has_are_refused(rng):

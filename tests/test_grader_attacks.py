@@ -280,3 +280,27 @@ def test_a_lightly_disguised_copy_is_still_a_copy_and_independent_code_is_not(tm
             return r // w, start + r % w
     ''', stage=8)
     assert independent["passed"], grader.summary(independent)
+
+
+def test_exercise_13_solutions_may_import_the_library_and_see_tuples(tmp_path):
+    """Red-team finds on exercise 13: a solution that imports gemm (whose prebuild used to load multiprocessing,
+    which the sandbox refuses) and treats its argument as the tuple it is locally (the judge's JSON made it a list)
+    is graded like any other, and the stripped rule cannot be read through the import (if it could, this solution
+    would answer wrong and fail)."""
+    report = run(tmp_path, '''
+        import inspect
+
+        from gemm.kernel.math_warpgroups import PER_THREAD_VALUES, MathWarpgroups
+
+        try:
+            LEAK = "warpgroup_offset" in inspect.getsource(MathWarpgroups.warp_uniform_values)
+        except Exception:
+            LEAK = False
+
+
+        def warp_uniform(values):
+            if LEAK:
+                return ()
+            return tuple(v for v in values if v == PER_THREAD_VALUES[3]) + values[1:2]
+    ''', stage=13)
+    assert report["passed"], grader.summary(report)

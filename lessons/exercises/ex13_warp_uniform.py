@@ -49,11 +49,11 @@ def reference():
     return SimpleNamespace(warp_uniform=lambda values: ("warpgroup_offset",))
 
 
-def uniform_descriptors(solution) -> list[str]:
+def uniform_descriptors(instructions) -> list[str]:
     """The K loop (first to last QGMMA) moves nothing from the vector to the uniform datapath: the A descriptors
     are built in UR registers, which needs the warpgroup's offset broadcast. (A correct D says nothing about it.)"""
     from ptx.sass import opcode_counts, span
-    moves = opcode_counts(span(build(solution).sass(), "QGMMA"))["R2UR"]
+    moves = opcode_counts(span(instructions, "QGMMA"))["R2UR"]
     if moves:
         return [f"the K loop's SASS holds {moves} R2UR: a wgmma descriptor is still built per thread and moved to a "
                 "uniform register before its wgmma. Which value are the A descriptors made from?"]
@@ -83,6 +83,6 @@ EXERCISE = Exercise(
     shapes_cpu=((250, 136, 384), (300, 200, 384)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
-    extra={"checks": (uniform_descriptors,)},
+    extra={"sass_checks": (uniform_descriptors,)},
     answer_sites={"gemm/kernel/math_warpgroups.py": ("warp_uniform_values",)},
 )

@@ -135,7 +135,7 @@ else:
     for (m, n, k), named in by_shape.items():
         on, off = named.get("production"), named.get("production:uniform_offsets=False")
         if on and off:
-            print(f"{m}x{n}x{k:<8d}{on:10.0f}{off:12.0f}{on / off:8.3f}")'''),
+            print(f"{f'{m}x{n}x{k}':18s}{on:10.0f}{off:12.0f}{on / off:8.3f}")'''),
 ]
 
 
