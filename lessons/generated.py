@@ -14,11 +14,13 @@ from gemm.kernel.config import max_stages
 
 def stage06_config(m: int, n: int, k: int) -> KernelConfig:
     """The generator configured as stage 06: its block shape and stage count, thread 0 producing inline, offsets
-    per thread as %tid gives them (stage 13 makes the warpgroup's warp-uniform)."""
+    per thread as %tid gives them (stage 13 makes the warpgroup's warp-uniform), the full barrier polled when the
+    next K block starts."""
     import lessons
     plan = lessons.stage(6).Plan(m, n, k)
     return KernelConfig(block_m=plan.block_m, block_n=plan.block_n, stages=plan.stages, producer="inline",
-                        registers=None, persistent=False, raster_group=0, epilogue="staged", uniform_offsets=False)
+                        registers=None, persistent=False, raster_group=0, epilogue="staged", uniform_offsets=False,
+                        early_poll=False)
 
 
 @dataclass(frozen=True)

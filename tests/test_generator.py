@@ -1,6 +1,5 @@
 """The production generator (gemm.kernel) and stages 07-08: assembly and SASS, heuristics, schedule and layout
 maths, import direction (CPU); bit-identical to stage 06, ragged shapes, NaN-poisoned outputs, M at run time (GPU)."""
-import ast
 import sys
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 import lessons
+from gemm.fp8 import calc_diff
 from gemm.testing.problems import random_problem, reference_gemm
 from gemm.heuristics import H100, DeviceFacts, choose_blocks, choose_config, raster_group
 from gemm.kernel import KERNEL, KernelConfig, SharedPlan, generate
@@ -498,3 +498,27 @@ def test_split_k_cluster_residency():
         resident[split] = clusters
     assert resident[2] == sms // 2, resident
     print(f"resident clusters on {sms} SMs: {resident}")
+
+
+def test_the_early_poll_takes_both_paths_on_the_emulator(rng, monkeypatch):
+    """early_poll: the next stage's full barrier is tested (mbarrier.test_wait, which does not block) before the
+    promotion; a ring of 2 stages over 8 K blocks and 2 SMs makes the test find the stage both full (the blocking
+    wait skipped) and not yet full (waited for), and D is right either way."""
+    from ptx.emulate import warpgroup as emulated_warpgroup
+    from gemm.testing.emulated import run_gemm
+    answers = []
+    original = emulated_warpgroup.Warpgroup.mbarrier
+
+    def recording(self, opcode, kind, ops, mask):
+        result = original(self, opcode, kind, ops, mask)
+        if kind == "test_wait":
+            answers.append(bool(self.value(ops[0])[mask].any()))
+        return result
+    monkeypatch.setattr(emulated_warpgroup.Warpgroup, "mbarrier", recording)
+    m, n, k = 300, 256, 1024
+    config = choose_config(4096, 4096, 7168, H100).replace(stages=2)
+    assert config.early_poll
+    problem = random_problem(m, n, k, rng)
+    d = run_gemm(config, *problem, sm_count=2)
+    assert calc_diff(d, reference_gemm(*problem)) < 1e-3 and not np.isnan(d).any()
+    assert True in answers and False in answers, answers

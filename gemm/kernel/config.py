@@ -99,6 +99,9 @@ class KernelConfig:
     # the math warpgroup's A offset broadcast from lane 0 (shfl.sync), so ptxas builds its wgmma descriptors on the
     # uniform datapath; False: computed from %tid per thread (the ablation, docs/benchmarks.md)
     uniform_offsets: bool = True
+    # the math warps test the next stage's full barrier (mbarrier.test_wait) right after releasing this one, before
+    # the promotion FFMAs, and skip the blocking wait when it has already completed; False: they poll after
+    early_poll: bool = True
 
     def __post_init__(self):
         if self.block_m not in (64, 128, 256):
@@ -279,6 +282,8 @@ class KernelConfig:
             fields.append(f"K split over {self.split_k} CTAs")
         if not self.uniform_offsets:
             fields.append("per-thread A offsets")
+        if not self.early_poll and self.producer == "warpgroup":
+            fields.append("full barrier polled after the promotion")
         if self.grouped:
             fields.insert(0, f"m-grouped {self.gemm_type}")
         return ", ".join(fields)

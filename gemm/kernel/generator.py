@@ -294,6 +294,10 @@ class _Kernel:
         kb, more = r("u32", "kb"), r("pred")
         top = b.label("k_block")
         e(f"mov.u32 {kb}, {self.k_first};")
+        early = self.config.early_poll
+        if early:  # the next stage's full barrier, tested before the promotion: false before the tile's first
+            full_known = r("pred", "p_full_known")
+            e(f"setp.ne.u32 {full_known}, {kb}, {kb};")
         b.place(top)
         if self.config.b_scales == "128x128":
             sb_address = r("u32")
@@ -302,14 +306,29 @@ class _Kernel:
             for row, value in enumerate(sb_values):  # row 1 (the next scale block) sits kb floats further
                 e(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];")
         slot = self.ring.stage(c_stage)
-        self.ring.wait(slot.full, c_parity, "wait_full")
+        if early:
+            known = b.label("full_known")
+            e(f"@{full_known} bra {known};")
+            self.ring.wait(slot.full, c_parity, "wait_full")
+            b.place(known)
+        else:
+            self.ring.wait(slot.full, c_parity, "wait_full")
         if self.config.b_scales == "1x128":
             sb_value = ColumnScales(slot.sb_tile)
         else:
             sb_value = sb_values if former is not None else sb_values[0]
+        release = self.release(math, slot.empty, self.release_target)
+        if early:
+            def release_and_test_next():
+                """Release this stage, step the ring, and test the next stage's full barrier: its result is
+                wanted only after this K block's promotion FFMAs, which hide the test's latency."""
+                release()
+                self.ring.advance(c_stage, c_parity)
+                e(barriers.mbarrier_test_parity(self.ring.stage(c_stage).full, c_parity, full_known))
         math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_value,
-                     release=self.release(math, slot.empty, self.release_target), former_groups=former)
-        self.ring.advance(c_stage, c_parity)
+                     release=release_and_test_next if early else release, former_groups=former)
+        if not early:
+            self.ring.advance(c_stage, c_parity)
         e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {self.k_blocks};", f"@{more} bra {top};")
 
     def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str, group: str | None = None) -> None:

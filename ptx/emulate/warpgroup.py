@@ -307,7 +307,7 @@ class Warpgroup(AsyncProxy, CTA):
         elif kind in ("try_wait", "test_wait"):
             parity = self.value(operands[1])[mask] & 1
             ready = barrier.phase % 2 != parity
-            if not ready.any():  # a later try_wait will succeed: block instead of spinning
+            if not ready.any() and kind == "try_wait":  # a later try_wait will succeed: block instead of spinning
                 self.wait = MbarrierWait(barrier, address, int(parity[0]))
                 return
             result = np.zeros(self.n, bool)

@@ -67,6 +67,12 @@ def mbarrier_wait_parity(address: str, parity: str | int, ready_pred: str, label
     ])
 
 
+# ISA "mbarrier.test_wait" (.parity): the non-blocking form: ``ready_pred`` says whether the phase with parity
+# ``parity`` has completed, now (acquire semantics when it has, as try_wait's)
+def mbarrier_test_parity(address: str, parity: str | int, ready_pred: str) -> str:
+    return f"mbarrier.test_wait.parity.shared::cta.b64 {ready_pred}, [{address}], {parity};"
+
+
 # ISA "mbarrier.arrive" (.shared::cluster): one arrival on a barrier of any CTA of the cluster. Default semantics
 # (release at CTA scope), as CUTLASS's ClusterBarrier::arrive: the .release.cluster form adds a MEMBAR per arrive,
 # and what it orders here (this warp's finished wgmma reads of the stage) is already complete at the arrive.
