@@ -3,7 +3,8 @@
     python -m gemm prebuild --model deepseek-v3 --jobs 8      # compile a model's kernels into the disk cache
     python -m gemm prebuild --shapes "2112,7168;24576,1536" --max-m 4096
 
-Benchmarks: ``python -m gemm bench dense | grouped | wgrad | configs | flush | host | new-m``; ``python -m gemm sanitize``.
+Benchmarks: ``python -m gemm bench dense | grouped | wgrad | configs | flush | host | new-m``;
+``python -m gemm sanitize``.
 """
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def _gpu_ready(command: str, needs_torch: bool = True) -> str | None:
 
 def _add_bench(commands) -> None:
     import importlib
-    parser = commands.add_parser("bench", help="benchmarks (GPU): dense | grouped | wgrad | configs | flush | host | new-m",
+    parser = commands.add_parser("bench",
+                                 help="benchmarks (GPU): dense | grouped | wgrad | configs | flush | host | new-m",
                                  description="Check, then time with the one kernel timer (CUDA-graph replay of "
                                              "(L2 flush; call) pairs minus the flushes).")
     kinds = parser.add_subparsers(dest="bench", required=True, metavar="BENCH")

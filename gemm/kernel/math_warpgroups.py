@@ -323,6 +323,7 @@ class MathWarpgroups:
             e(f"{guard}st.global.{kind[0]} [{ptr}+{2 * (row_off * n + col_off)}], {operand};")
 
 
-__all__ = ["MathWarpgroups", "PER_THREAD_VALUES", "ColumnScales", "fragment_column", "tile_rows", "math_warpgroup_count", "staging_pitch", "staging_bytes",
+__all__ = ["MathWarpgroups", "PER_THREAD_VALUES", "ColumnScales", "fragment_column", "tile_rows",
+           "math_warpgroup_count", "staging_pitch", "staging_bytes",
            "store_vector_elements", "store_slots",
            "BLOCK_K", "K_STEPS", "WARPGROUP_ROWS"]

@@ -8,9 +8,11 @@ replay it, and subtract the replay time of the same graph with the flushes alone
 Launch gaps vanish inside a graph replay (they are up to 40% of an M=64 kernel when timed per call), and a
 256 MiB flush before every call evicts the 50 MB L2 so each call reads its operands from HBM, as it would
 inside a model: a memset by default, or with ``flush="clean"`` a read pass that leaves the L2 clean rather than
-dirty (:mod:`gemm.testing.l2_flush` says when that matters). ``launch(stream)`` may come from Numba (``numba.cuda.external_stream``), from our PTX runtime
-(an int handle) or from torch (``torch.cuda.ExternalStream``): all we need is that it enqueues one kernel
-call on the stream it is given, without allocating or synchronizing.
+dirty (:mod:`gemm.testing.l2_flush` says when that matters).
+
+``launch(stream)`` may come from Numba (``numba.cuda.external_stream``), from our PTX runtime (an int handle) or
+from torch (``torch.cuda.ExternalStream``): all we need is that it enqueues one kernel call on the stream it is
+given, without allocating or synchronizing.
 
 DeepGEMM's own timers, ``bench_kineto`` (seconds per call) and ``bench`` (milliseconds per call), are here too, on
 this timer, so that DeepGEMM's tests and scripts run unchanged against this library (docs/deepgemm.md).
