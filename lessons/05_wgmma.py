@@ -28,7 +28,7 @@ accumulator per K block on CUDA cores 30x slower than the tensor cores, about 23
 overlaps), loads issued by the math threads with a CTA barrier per K block, and per-tile prologue and epilogue.
 Tiles: 1024 of 128 x 128 on 132 SMs are 7.76 waves, so even a perfect kernel of this tiling reaches 97%.
 
-Measured: 849 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 2.75x stage 04; 43% of its speed of light
+Measured: 841 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 2.76x stage 04; 43% of its speed of light
 (FP8 QGMMA, 1,979 TFLOP/s), 43% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 
 Ablations: wgmma itself cannot be turned off (without it this is stage 04), but what comes with it can, each alone

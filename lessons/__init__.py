@@ -43,6 +43,7 @@ STAGES = {
     11: "11_tall_tiles",
     12: "12_split_k",
     13: "13_uniform_datapath",
+    14: "14_early_poll",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 # Topic lessons (lessons/<name>.py): one subject told across the stages, not a rung of the ladder. No stage number,

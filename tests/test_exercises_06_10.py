@@ -1,4 +1,4 @@
-"""Exercises 06-13 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+"""Exercises 06-14 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
 correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
 cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
 import dataclasses
@@ -13,7 +13,7 @@ from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
 from ptx.emulate import EmulationError
 
-STAGES = (6, 7, 8, 9, 10, 11, 12, 13)
+STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14)
 
 
 def load(path):
@@ -426,3 +426,37 @@ def test_13_names_no_kernel_has_are_refused(rng):
                 lambda values: (1,)):
         with pytest.raises(ValueError, match="warp_uniform"):
             ex.build(SimpleNamespace(warp_uniform=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+@pytest.mark.parametrize("wrong", [lambda stage, parity, stages: (stage, parity),  # the stage just released
+                                   lambda stage, parity, stages: ((stage + 1) % stages, parity)])  # never flips
+def test_14_a_test_of_the_wrong_phase_skips_a_wait_it_needed(rng, wrong):
+    """Naming the released stage (always complete) or forgetting the flip on the wrap: the test vouches for a stage
+    the producer may not have filled. Whether the run shows it depends on the schedule (how far ahead the producer
+    is); under the emulator's first three schedules some run ends with a wrong D or a deadlock, and the rule check,
+    which does not depend on luck, names the first wrong answer."""
+    from gemm.kernel.seams import Seams
+    from gemm.testing.emulated import run_gemm
+    from lessons.grading.technique import exercise_checks
+    m, n, k = 300, 256, 1024
+    config = lessons_stage(14).config(m, n, k).replace(stages=2)
+    problem = random_problem(m, n, k, rng)
+    caught = []
+    for seed in range(3):
+        try:
+            d = run_gemm(config, *problem, sm_count=2, seams=Seams(next_full=wrong), seed=seed)
+            caught.append(calc_diff(np.nan_to_num(d, nan=1e30), reference_gemm(*problem)) > 1e-3)
+        except EmulationError as error:
+            caught.append("deadlock" in str(error))
+    assert any(caught)
+    (rule,) = exercise_checks(exercise(14), SimpleNamespace(next_full=wrong))
+    assert not rule["passed"] and "the next K block waits on slot" in rule["detail"], rule["detail"]
+
+
+def test_14_answers_naming_no_barrier_are_refused(rng):
+    """A slot outside the ring, a parity of 2, not a pair of ints: a clear error naming the seam, before any run."""
+    ex = exercise(14)
+    for bad in (lambda stage, parity, stages: (stages, parity), lambda stage, parity, stages: (0, 2),
+                lambda stage, parity, stages: [(stage + 1) % stages, parity], lambda stage, parity, stages: 1):
+        with pytest.raises(ValueError, match="next_full"):
+            ex.build(SimpleNamespace(next_full=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))

@@ -515,3 +515,15 @@ def test_uniform_datapath_classes_come_from_the_cubins():
     assert before["tensor core"] == after["tensor core"] and before["promotion"] == after["promotion"]
     assert before["vector to uniform move"] > 0 and after["vector to uniform move"] == 0
     assert after["vector integer"] == 0 and sum(after.values()) < sum(before.values())
+
+
+def test_early_poll_rows_come_from_the_cubins():
+    """Stage 14 tests the next full barrier among the promotion FFMAs, with most of them still to come; stage 13 has
+    no full-barrier instruction between its last wgmma and the loop's back edge (it polls at the loop's top)."""
+    from lessons.figures import LADDER_SHAPE, after_last_wgmma
+    before, after = (after_last_wgmma(n, *LADDER_SHAPE) for n in (13, 14))
+    assert not any(cls == 3 for cls, _ in before)
+    (tested,) = [i for i, (cls, _) in enumerate(after) if cls == 3]
+    assert "TRYWAIT" not in after[tested][1]
+    later = sum(text.startswith("FFMA") for _, text in after[tested:])
+    assert later > sum(text.startswith("FFMA") for _, text in after[:tested]) and later >= 32

@@ -257,6 +257,29 @@ class _Kernel:
           f"add.s64 {address}, {address}, {offset};", f"ld.const.u32 {packed}, [{address}];",
           f"shr.u32 {self.k_first}, {packed}, 16;", f"and.b32 {k_end}, {packed}, 65535;")
 
+    def _next_full_table(self, c_stage: str, c_parity: str) -> tuple[str, str]:
+        """(stage, parity) registers from the seam ``next_full(stage, parity, stages)`` evaluated for every slot and
+        parity, kept as a ``.const`` table of packed (stage << 1 | parity) read at index 2 * stage + parity (the
+        exercise seam). Each answer must name a slot of the ring and a parity; a wrong one is a wrong answer (the
+        test then vouches for a stage it did not look at), not a fault."""
+        e, r, stages = self.b.emit, self.b.reg, self.config.stages
+        values = []
+        for stage in range(stages):
+            for parity in (0, 1):
+                answer = self.seams.next_full(stage, parity, stages)
+                if (type(answer) is not tuple or len(answer) != 2 or not all(type(x) is int for x in answer)
+                        or not 0 <= answer[0] < stages or answer[1] not in (0, 1)):
+                    raise ValueError(f"next_full({stage}, {parity}, {stages}) must be a pair of ints (stage, parity) "
+                                     f"with 0 <= stage < {stages} and parity 0 or 1, got {answer!r}")
+                values.append(answer[0] << 1 | answer[1])
+        table = self.b.const_table("next_full_table", values)
+        index, offset, address, packed = r("u32"), r("u64"), r("u64"), r("u32", "next_full")
+        stage, parity = r("u32", "test_stage"), r("u32", "test_parity")
+        e(f"mad.lo.u32 {index}, {c_stage}, 2, {c_parity};", f"mul.wide.u32 {offset}, {index}, 4;",
+          f"mov.u64 {address}, {table};", f"add.s64 {address}, {address}, {offset};",
+          f"ld.const.u32 {packed}, [{address}];", f"shr.u32 {stage}, {packed}, 1;", f"and.b32 {parity}, {packed}, 1;")
+        return stage, parity
+
     def gather_partials(self, math: MathWarpgroups, given: str) -> None:
         """Split-K: ranks 1.. write their totals into their own ring (thread t's four-total group j at
         16 (j * threads + t): one coalesced row per j), arrive on the cluster barrier and, after a second phase
@@ -323,8 +346,10 @@ class _Kernel:
                 """Release this stage, step the ring, and test the next stage's full barrier: its result is
                 wanted only after this K block's promotion FFMAs, which hide the test's latency."""
                 release()
+                tested = self._next_full_table(c_stage, c_parity) if self.seams.next_full else None
                 self.ring.advance(c_stage, c_parity)
-                e(barriers.mbarrier_test_parity(self.ring.stage(c_stage).full, c_parity, full_known))
+                stage, parity = tested or (c_stage, c_parity)
+                e(barriers.mbarrier_test_parity(self.ring.stage(stage).full, parity, full_known))
         math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_value,
                      release=release_and_test_next if early else release, former_groups=former)
         if not early:

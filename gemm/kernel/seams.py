@@ -17,7 +17,10 @@ The generator makes a few decisions a course exercise asks a student to make ins
 * ``warp_uniform(values) -> names``: which of the math warpgroups' per-thread values
   (:data:`gemm.kernel.math_warpgroups.PER_THREAD_VALUES`) are broadcast from lane 0 of each warp, so that ptxas
   may keep them, and what is computed from them, in uniform registers (the generator's own rule: the
-  warpgroup's A offset when ``KernelConfig.uniform_offsets``).
+  warpgroup's A offset when ``KernelConfig.uniform_offsets``);
+* ``next_full(stage, parity, stages) -> (stage, parity)``: the ring slot and phase parity whose full barrier the
+  math warps test right after releasing ``stage`` (whose full phase ``parity`` they waited on), emitted as a table
+  (``_Kernel.k_loop`` with ``KernelConfig.early_poll``; the generator's own rule is the ring's advance).
 
 A :class:`Seams` value is passed down ``generate(config, n, k, seams)``, ``cubin``, ``kernel`` and
 ``gemm.testing.emulated.run_gemm``, and is part of each of their cache keys (functions hash by identity), so a kernel built
@@ -40,6 +43,7 @@ class Seams:
     wave_offset: Callable | None = None
     k_share: Callable | None = None
     warp_uniform: Callable | None = None
+    next_full: Callable | None = None
 
 
 NO_SEAMS = Seams()

@@ -26,6 +26,7 @@ figure                         drawn from
 12_split_k_cluster             ``k_share``, ``tiles`` (gemm.kernel.config), ``grid`` (gemm.kernel.launch), stages
                                11 / 12's configs; the exchange of ``_Kernel.gather_partials``
 13_uniform_datapath            stage 12 / 13 cubins, ``span`` of QGMMA (ptx.sass): each instruction's datapath
+14_early_poll                  stage 13 / 14 cubins after the last QGMMA: where the full-barrier test lands
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -51,6 +52,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
 * :mod:`lessons.figures.tall_tiles`: stage 11, the 256-row tile's rows by math warpgroup and wave;
 * :mod:`lessons.figures.split_k`: stage 12, the SMs busy at decode, K blocks by cluster rank, the DSMEM exchange;
 * :mod:`lessons.figures.uniform_datapath`: stage 13, the K block's SASS by datapath, stage 12 against 13;
+* :mod:`lessons.figures.early_poll`: stage 14, the SASS after a K block's last wgmma, stage 13 against 14;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -58,6 +60,7 @@ matplotlib (the ``plots`` extra) is imported by this package only: ``import less
 from __future__ import annotations
 
 from lessons.figures.drawing import LADDER_SHAPE
+from lessons.figures.early_poll import after_last_wgmma, early_poll
 from lessons.figures.numba_threads import (micro_tile, micro_tile_map, naive_thread_map, smem_banks,
                                            smem_tile_banks, staging_lanes, thread_output_map)
 from lessons.figures.ring_timelines import (Event, RingTrace, Timing, producer_consumer_timeline, replay,
@@ -91,6 +94,7 @@ FIGURES = {
     "11_tall_tile_waves": tall_tile_waves,
     "12_split_k_cluster": split_k_cluster,
     "13_uniform_datapath": uniform_datapath,
+    "14_early_poll": early_poll,
     "moe_grouped_layouts": moe_layouts,
 }
 
@@ -99,5 +103,5 @@ __all__ = ["FIGURES", "LADDER_SHAPE", "DECODE_SHAPE", "MOE_EXAMPLE", "Event", "R
            "thread_output_map", "smem_banks", "staging_lanes", "micro_tile_map", "fragment_owner",
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
-           "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy", "k_block_classes",
+           "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy", "k_block_classes", "after_last_wgmma",
            *(function.__name__ for function in FIGURES.values())]
