@@ -304,3 +304,22 @@ def test_exercise_13_solutions_may_import_the_library_and_see_tuples(tmp_path):
             return tuple(v for v in values if v == PER_THREAD_VALUES[3]) + values[1:2]
     ''', stage=13)
     assert report["passed"], grader.summary(report)
+
+
+def test_exercise_14_the_library_s_own_ring_rule_is_stripped(tmp_path):
+    """A red-team find: ptx.vocab.barriers.advance has exercise 14's signature and rule (and steps exercise 06's
+    pipeline_slot); the sandbox's copy has it stripped, so calling it answers nothing."""
+    report = run(tmp_path, '''
+        from ptx.vocab.barriers import advance
+
+
+        def next_full(stage, parity, stages):
+            return advance(stage, parity, stages)
+    ''', stage=14)
+    assert not report["passed"], grader.summary(report)
+
+
+def test_a_huge_answer_makes_a_short_report():
+    from lessons.grading.rubric import DETAIL_LIMIT, check_result
+    detail = check_result("rule", "technique", False, "x" * (50 * DETAIL_LIMIT))["detail"]
+    assert len(detail) < DETAIL_LIMIT + 100 and detail.endswith("more characters cut]")

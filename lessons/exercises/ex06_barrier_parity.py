@@ -149,5 +149,5 @@ EXERCISE = Exercise(
     shapes_cpu=((70, 200, 1152), (130, 72, 1280)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
-    answer_sites={"ptx/vocab/barriers.py": ("pipeline_slot", "producer_wait_parity")},
+    answer_sites={"ptx/vocab/barriers.py": ("advance", "pipeline_slot", "producer_wait_parity")},
 )

@@ -36,8 +36,9 @@ QUESTIONS = (
      "check with the ring's own rule, _Kernel's Ring.advance in gemm/kernel/producer.py (the parity flips on the "
      "wrap to slot 0)"),
     ("Predict: if the test named the slot just released (with its parity), how often would it say 'complete'?",
-     "check: always (the warps just waited for that phase); every next wait is skipped; run it on the emulator "
-     "(`EXERCISE.build(...).run_cpu(...)`): wrong D or a deadlock"),
+     "check: always (the warps just waited for that phase), so every next wait is skipped. Whether a run shows it "
+     "depends on the schedule: run_cpu's default keeps the producer ahead and computes D right; "
+     "gemm.testing.emulated.run_gemm(..., seed=0), 1, 2 ends wrong or deadlocked (tests/test_exercises_06_10.py)"),
     ("Predict: where does ptxas put the test in the SASS, relative to the release's arrive and the promotion FFMAs?",
      "check with `python -m lessons inspect 14` or the figure 14_early_poll: SYNCS.PHASECHK.TRANS64 right after the "
      "SYNCS.ARRIVE, before most of the FFMAs"),
@@ -58,7 +59,8 @@ def check_rule(solution) -> None:
             for parity in (0, 1):
                 got = solution.next_full(stage, parity, stages)
                 want = ((stage + 1) % stages, parity ^ (stage + 1 == stages))
-                if not isinstance(got, (tuple, list)) or tuple(got) != want:
+                if (not isinstance(got, (tuple, list)) or len(got) != 2 or not all(type(x) is int for x in got)
+                        or tuple(got) != want):
                     raise AssertionError(f"next_full({stage}, {parity}, stages={stages}) = {got!r}; the next K block "
                                          f"waits on slot {want[0]} for parity {want[1]}")
 
@@ -94,5 +96,5 @@ EXERCISE = Exercise(
     perf_threshold=None,
     extra={"checks": (next_slot_and_phase,)},
     answer_sites={"gemm/kernel/producer.py": ("advance",),
-                  "ptx/vocab/barriers.py": ("pipeline_slot", "producer_wait_parity")},
+                  "ptx/vocab/barriers.py": ("advance", "pipeline_slot", "producer_wait_parity")},
 )

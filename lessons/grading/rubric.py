@@ -21,9 +21,15 @@ PASS_MARK = 0.6  # share of the possible points a PASSED needs (besides every gr
 GRADER_VERSION = "2"  # the judge/oracle design (lessons.grading); recorded in every report
 
 
+DETAIL_LIMIT = 4000  # characters of one check's detail in a report
+
+
 def check_result(name: str, category: str, passed: bool | None, detail: str = "", *, graded: bool = True,
                  **extra) -> dict:
-    """One check's record; ``passed=None`` (not run, or nothing to grade) is never graded."""
+    """One check's record; ``passed=None`` (not run, or nothing to grade) is never graded. A detail longer than
+    :data:`DETAIL_LIMIT` (a solution's answer repeated in a message can be megabytes) is cut, and says so."""
+    if len(detail) > DETAIL_LIMIT:
+        detail = f"{detail[:DETAIL_LIMIT]} ... [{len(detail) - DETAIL_LIMIT} more characters cut]"
     return {"name": name, "category": category, "graded": graded and passed is not None, "passed": passed,
             "detail": detail, **extra}
 

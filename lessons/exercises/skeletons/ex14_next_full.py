@@ -21,7 +21,8 @@ Grade it: ``python -m lessons grade 14 path/to/this_file.py``.
 # 1. With 4 slots, after the warps waited on slot 3 for parity 0, which slot and parity come next?
 #    Check with the ring's own rule (Ring.advance in gemm/kernel/producer.py).
 # 2. If the test named the slot just released (with its parity), how often would it say "complete"?
-#    Check on the emulator (`EXERCISE.build(this_module).run_cpu(...)`).
+#    Check: whether a run shows it depends on the schedule; run_cpu's default keeps the producer ahead, while
+#    gemm.testing.emulated.run_gemm(..., seed=0) (or 1, 2) ends wrong or deadlocked.
 # 3. Where does ptxas put the test in the SASS, relative to the release's arrive and the promotion FFMAs?
 #    Check with `python -m lessons inspect 14` or the figure 14_early_poll.
 # 4. Does this change help decode (M = 16) or prefill (M = 4096) more?
