@@ -29,5 +29,25 @@ def draw_cells(ax, values, cmap, vmin=None, vmax=None, labels=None, fontsize=6, 
                 ax.text(c, r, text, ha="center", va="center", fontsize=fontsize)
 
 
+def instruction_strips(strips: list[tuple[str, list[int]]], classes, title: str) -> Figure:
+    """SASS instruction streams as horizontal strips, one cell per instruction coloured by its class: ``strips`` are
+    (caption, class indices) pairs, top to bottom; ``classes`` are (name, colour, ...) tuples, the legend."""
+    from matplotlib.patches import Patch
+    fig = new_figure(11, 3.2)
+    ax = fig.add_axes((0.02, 0.32, 0.96, 0.56))
+    for band, (caption, cells) in enumerate(strips):
+        y = 1.6 * (len(strips) - 1 - band)
+        for x, cls in enumerate(cells):
+            ax.add_patch(Rectangle((x, y), 1, 1, facecolor=classes[cls][1], edgecolor="white", lw=0.3))
+        ax.text(0, y + 1.15, caption, fontsize=8.5, va="bottom")
+    ax.set_xlim(0, max(len(cells) for _, cells in strips))
+    ax.set_ylim(-0.2, 1.6 * len(strips))
+    ax.axis("off")
+    ax.set_title(title, fontsize=9)
+    fig.legend(handles=[Patch(facecolor=c[1], label=c[0]) for c in classes], loc="lower center", ncol=3, fontsize=8,
+               frameon=False)
+    return fig
+
+
 def draw_box(ax, x0, y0, width, height, color="black", lw=2.0, ls="-"):
     ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), width, height, fill=False, lw=lw, ec=color, ls=ls))

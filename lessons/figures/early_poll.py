@@ -4,9 +4,8 @@ coloured by what it does, so where the barrier instructions land among the promo
 from __future__ import annotations
 
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
 
-from lessons.figures.drawing import LADDER_SHAPE, new_figure
+from lessons.figures.drawing import LADDER_SHAPE, instruction_strips
 
 def _opcode(text: str) -> str:
     return text.split()[0].split(".")[0]
@@ -41,29 +40,19 @@ def after_last_wgmma(number: int, m: int, n: int, k: int) -> list[tuple[int, str
 
 
 def early_poll(shape=LADDER_SHAPE) -> Figure:
-    rows = {number: after_last_wgmma(number, *shape) for number in (13, 14)}
-    width = max(map(len, rows.values()))
-    fig = new_figure(11, 3.2)
-    ax = fig.add_axes((0.02, 0.32, 0.96, 0.56))
-    for band, (number, cells) in enumerate(rows.items()):
-        y = 1.6 * (1 - band)
-        for x, (cls, _) in enumerate(cells):
-            ax.add_patch(Rectangle((x, y), 1, 1, facecolor=CLASSES[cls][1], edgecolor="white", lw=0.3))
+    strips = []
+    for number in (13, 14):
+        cells = after_last_wgmma(number, *shape)
         where = [x for x, (cls, _) in enumerate(cells) if cls == 3]
-        ffma_before = sum(1 for cls, _ in cells[:where[0]] if cls == 1) if where else None
-        told = (f"the full barrier tested at instruction {where[0] + 1}, after {ffma_before} FFMAs" if where
+        told = (f"the full barrier tested at instruction {where[0] + 1}, after "
+                f"{sum(cls == 1 for cls, _ in cells[:where[0]])} FFMAs" if where
                 else "no full-barrier instruction here: it is polled at the top of the next K block")
-        ax.text(0, y + 1.15, f"stage {number}: {len(cells)} instructions from the last QGMMA to the K loop's back "
-                f"edge; {told}", fontsize=8.5, va="bottom")
-    ax.set_xlim(0, width)
-    ax.set_ylim(-0.2, 3.2)
-    ax.axis("off")
+        strips.append((f"stage {number}: {len(cells)} instructions from the last QGMMA to the K loop's back edge; "
+                       f"{told}", [cls for cls, _ in cells]))
     m, n, k = shape
-    ax.set_title(f"After a K block's last wgmma at {m}x{n}x{k}, one cell per SASS instruction:\nstage 14 tests the "
-                 "next stage's full barrier right after the release, so the promotion FFMAs hide the test", fontsize=9)
-    fig.legend(handles=[Patch(facecolor=color, label=name) for name, color, _ in CLASSES], loc="lower center",
-               ncol=3, fontsize=8, frameon=False)
-    return fig
+    return instruction_strips(strips, CLASSES, f"After a K block's last wgmma at {m}x{n}x{k}, one cell per SASS "
+                              "instruction:\nstage 14 tests the next stage's full barrier right after the release, "
+                              "so the promotion FFMAs hide the test")
 
 
 __all__ = ["CLASSES", "after_last_wgmma", "early_poll"]

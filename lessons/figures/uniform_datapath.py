@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
 
-from lessons.figures.drawing import LADDER_SHAPE, new_figure
+from lessons.figures.drawing import LADDER_SHAPE, instruction_strips
 
 # instruction classes, in drawing order: (name, colour, does this opcode belong)
 CLASSES = (
@@ -34,27 +33,16 @@ def k_block_classes(number: int, m: int, n: int, k: int) -> list[int]:
 
 
 def uniform_datapath(shape=LADDER_SHAPE) -> Figure:
-    rows = {number: k_block_classes(number, *shape) for number in (12, 13)}
-    width = max(map(len, rows.values()))
-    fig = new_figure(11, 3.2)
-    ax = fig.add_axes((0.02, 0.32, 0.96, 0.56))
-    for band, (number, classes) in enumerate(rows.items()):
-        y = 1.6 * (1 - band)
-        for x, cls in enumerate(classes):
-            ax.add_patch(Rectangle((x, y), 1, 1, facecolor=CLASSES[cls][1], edgecolor="white", lw=0.3))
+    strips = []
+    for number in (12, 13):
+        classes = k_block_classes(number, *shape)
         counts = Counter(classes)
-        ax.text(0, y + 1.15, f"stage {number}: {len(classes)} instructions from the first QGMMA to the last; "
-                f"R2UR {counts[2]}, vector integer {counts[4]}, uniform {counts[3]}", fontsize=8.5, va="bottom")
-    ax.set_xlim(0, width)
-    ax.set_ylim(-0.2, 3.2)
-    ax.axis("off")
+        strips.append((f"stage {number}: {len(classes)} instructions from the first QGMMA to the last; R2UR "
+                       f"{counts[2]}, vector integer {counts[4]}, uniform {counts[3]}", classes))
     m, n, k = shape
-    ax.set_title(f"One K block of the math warps' SASS at {m}x{n}x{k}, one cell per instruction, by datapath:\n"
-                 "broadcasting the warpgroup's A offset (shfl.sync) moves the descriptor arithmetic to the uniform "
-                 "datapath", fontsize=9)
-    fig.legend(handles=[Patch(facecolor=color, label=name) for name, color, _ in CLASSES], loc="lower center",
-               ncol=3, fontsize=8, frameon=False)
-    return fig
+    return instruction_strips(strips, CLASSES, f"One K block of the math warps' SASS at {m}x{n}x{k}, one cell per "
+                              "instruction, by datapath:\nbroadcasting the warpgroup's A offset (shfl.sync) moves "
+                              "the descriptor arithmetic to the uniform datapath")
 
 
 __all__ = ["CLASSES", "instruction_class", "k_block_classes", "uniform_datapath"]

@@ -77,6 +77,32 @@ for opcode, before, after in opcode_table({number - 1}, {number}, *SHAPE):
     ]
 
 
+def measured_against_production_cells(number: int, field: str, files: tuple[str, ...], note: str) -> list[dict]:
+    """The stage and the one before it from results/ladder.json, then each of ``files`` (``python -m gemm bench
+    configs`` results naming ``production`` and ``production:<field>=False``) through :data:`SWEEP_HELPER`'s
+    ``show_sweep``: the production config with the stage's field on against off, per shape and over all."""
+    without = f"production:{field}=False"
+    command = f"python -m gemm bench configs SHAPES production {without} --rounds=4"
+    return [
+        markdown(note),
+        code(f'''\
+from lessons.ladder import read_committed
+
+result = read_committed()
+if result is None:
+    print("No results/ladder.json yet. On a Hopper GPU: python -m lessons ladder")
+else:
+    rows = {{r.get("stage"): r for r in result["rows"] if r.get("status") == "ok" and r.get("tflops")}}
+    for number in ({number - 1}, {number}):
+        if number in rows:
+            print(f"stage {{number}}: {{rows[number]['tflops']:7.0f}} TFLOP/s")
+    if {number - 1} in rows and {number} in rows:
+        print(f"stage {number} / stage {number - 1}: {{rows[{number}]['tflops'] / rows[{number - 1}]['tflops']:.3f}}x")
+''' + SWEEP_HELPER + "".join(f"\n\n_ = show_sweep({name!r}, {command!r}, ratios=[('production', {without!r})])"
+                               for name in files)),
+    ]
+
+
 CHECK_NOTE_GENERATED = """\
 ## Is it right?
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from lessons.notebooks.cells import ptx_notebook
 from lessons.notebooks.generator_stages import (CHECK_NOTE_GENERATED, config_cells, emitter_cells,
-                                                opcode_table_cells)
+                                                measured_against_production_cells, opcode_table_cells)
 from lessons.notebooks.ipynb import code, markdown
 from lessons.notebooks.stage_11 import SHAPES_GPU as SHAPES_GPU_11
 
@@ -98,45 +98,12 @@ for field in rows[12]:
     print(f"{field:22s}{rows[12][field]:>10}{rows[13][field]:>10}")'''),
 ]
 
-MEASURED_CELLS = [
-    markdown("""\
+MEASURED_CELLS = measured_against_production_cells(13, 'uniform_offsets', ('uniform_offsets.json',), """\
 ## Measured: the ladder, and production with and without
 
 `results/ladder.json` has stage 12 and 13 at the ladder's shape, in one run; `results/uniform_offsets.json` has
 the production config with `uniform_offsets` on and off on seven shapes, four rounds in alternating order. The
-cell prints both; a missing file prints the command that writes it."""),
-    code('''\
-import json
-
-from lessons.ladder import read_committed
-from lessons.results_store import find
-
-result = read_committed()
-if result is None:
-    print("No results/ladder.json yet. On a Hopper GPU: python -m lessons ladder")
-else:
-    rows = {r.get("stage"): r for r in result["rows"] if r.get("status") == "ok" and r.get("tflops")}
-    for number in (12, 13):
-        if number in rows:
-            print(f"stage {number}: {rows[number]['tflops']:7.0f} TFLOP/s")
-    if 12 in rows and 13 in rows:
-        print(f"stage 13 / stage 12: {rows[13]['tflops'] / rows[12]['tflops']:.3f}x")
-
-path = find("uniform_offsets.json")
-if path is None:
-    print("No results/uniform_offsets.json yet. On a Hopper GPU: python -m gemm bench configs "
-          "\\"4096,4096,7168\\" production production:uniform_offsets=False --rounds=4")
-else:
-    sweep = json.loads(path.read_text())
-    by_shape = {}
-    for row in sweep["rows"]:
-        by_shape.setdefault((row["m"], row["n"], row["k"]), {})[row["name"]] = row.get("tflops")
-    print(f"\\n{'M x N x K':18s}{'uniform':>10s}{'per thread':>12s}{'gain':>8s}")
-    for (m, n, k), named in by_shape.items():
-        on, off = named.get("production"), named.get("production:uniform_offsets=False")
-        if on and off:
-            print(f"{f'{m}x{n}x{k}':18s}{on:10.0f}{off:12.0f}{on / off:8.3f}")'''),
-]
+cell prints both; a missing file prints the command that writes it.""")
 
 
 def cells() -> list[dict]:

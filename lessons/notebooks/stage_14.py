@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lessons.notebooks.cells import ptx_notebook
 from lessons.notebooks.generator_stages import (CHECK_NOTE_GENERATED, config_cells, emitter_cells,
-                                                opcode_table_cells)
+                                                measured_against_production_cells, opcode_table_cells)
 from lessons.notebooks.ipynb import code, markdown
 from lessons.notebooks.stage_11 import SHAPES_GPU as SHAPES_GPU_11
 
@@ -86,45 +86,13 @@ for number in (13, 14):
     print(f"    {before} FFMAs before it, {after} after it")'''),
 ]
 
-MEASURED_CELLS = [
-    markdown("""\
+MEASURED_CELLS = measured_against_production_cells(
+    14, "early_poll", ("early_poll.json", "early_poll_reversed.json"), """\
 ## Measured: the ladder, and production with and without
 
 `results/ladder.json` has stages 13 and 14 at the ladder's shape, in one run; `results/early_poll.json` and
 `results/early_poll_reversed.json` have the production config with `early_poll` on and off on eight shapes, in
-both orders (the GPU's clock moves with heat: whichever config runs first at a shape has an edge)."""),
-    code('''\
-import json
-
-from lessons.ladder import read_committed
-from lessons.results_store import find
-
-result = read_committed()
-if result is None:
-    print("No results/ladder.json yet. On a Hopper GPU: python -m lessons ladder")
-else:
-    rows = {r.get("stage"): r for r in result["rows"] if r.get("status") == "ok" and r.get("tflops")}
-    for number in (13, 14):
-        if number in rows:
-            print(f"stage {number}: {rows[number]['tflops']:7.0f} TFLOP/s")
-    if 13 in rows and 14 in rows:
-        print(f"stage 14 / stage 13: {rows[14]['tflops'] / rows[13]['tflops']:.3f}x")
-
-for name in ("early_poll.json", "early_poll_reversed.json"):
-    path = find(name)
-    if path is None:
-        print(f"No results/{name} yet (python -m gemm bench configs ... production production:early_poll=False)")
-        continue
-    sweep = json.loads(path.read_text())
-    by_shape = {}
-    for row in sweep["rows"]:
-        by_shape.setdefault((row["m"], row["n"], row["k"]), {})[row["name"]] = row.get("tflops")
-    print(f"\\n{name}: configs in the order {sweep['configs']}")
-    for (m, n, k), named in by_shape.items():
-        on, off = named.get("production"), named.get("production:early_poll=False")
-        if on and off:
-            print(f"    {f'{m}x{n}x{k}':18s} early {on:6.0f}  late {off:6.0f}  gain {on / off:6.3f}")'''),
-]
+both orders (the GPU's clock moves with heat: whichever config runs first at a shape has an edge).""")
 
 
 def cells() -> list[dict]:
