@@ -46,6 +46,7 @@ TILE_OVERHEAD = FEED_WEIGHT * 256
 # for M = 64 (64 x 32 stays 2.5% ahead of 64 x 64 at 64 x 4096 x 7168).
 DECODE_MAX_M, DECODE_MIN_BLOCK_N = 32, 64
 SPLIT_K_MAX_M, SPLIT_K_MIN_K = 16, 4096
+FULLER_WAVE_BLOCK_N, FULLER_WAVE_MAX_K = 112, 10240  # see fuller_wave_block_n
 D_BUFFER_MIN_K = 10240  # from this K on, 256-row tiles store D in passes through a quarter buffer (_choose_config)  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
@@ -159,6 +160,23 @@ def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168,
     return best
 
 
+def fuller_wave_block_n(m: int, n: int, k: int, block_m: int, block_n: int, sms: int, fits=None) -> int:
+    """128 x 128 tiles of one partial wave give way to 128 x 112 ones where 112 divides N (no ragged last n-block),
+    the narrower tiles still fit one wave and K is short enough for the tensor cores, not HBM, to set the pace: at
+    N = 7168 and M in (128, 256], 128 tiles of 112 columns keep 128 SMs busy instead of 112 (DeepGEMM's fullest-wave
+    rule picks the same tile there). Measured on the H100 (results/sweep_n112.json): +0.9-3.7% at K = 2048-7168
+    (M = 160-256); at 256 x 7168 x 16384, where HBM sets the pace, -0.6% (and -1.4% in results/sweep_m256_n112.json),
+    so not from FULLER_WAVE_MAX_K on. The cost model alone would not choose it (nor should it everywhere: at N = 4096,
+    with a ragged last n-block, 128 x 112 measured 15% slower, results/sweep_m256_n112.json)."""
+    narrower = FULLER_WAVE_BLOCK_N
+    if ((block_m, block_n) != (128, 128) or n % narrower or k >= FULLER_WAVE_MAX_K
+            or ceil_div(m, 128) * ceil_div(n, narrower) > sms):
+        return block_n
+    if ceil_div(m, 128) * ceil_div(n, narrower) <= ceil_div(m, 128) * ceil_div(n, block_n):
+        return block_n
+    return narrower if fits is None or fits(128, narrower) else block_n
+
+
 def post_passes() -> tuple[str, ...]:
     """Cubin passes for production kernels: none by default (the FFMA interleave measured no gain on the H100,
     results/ffma_pass.json); FP8LADDER_FFMA_INTERLEAVE=deepgemm|every_other turns one on (ptx.passes)."""
@@ -190,6 +208,8 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
         return max_stages(trial, n, k, limit=3, budget=device.shared_limit) >= 3
     block_m, block_n = choose_blocks(m, n, device.sm_count, staged=n % 8 != 0, k=k, fits=fits,
                                      min_block_n=DECODE_MIN_BLOCK_N if m <= DECODE_MAX_M else 0)
+    if out_dtype == "bf16" and not accumulate:  # measured with a BF16 D only
+        block_n = fuller_wave_block_n(m, n, k, block_m, block_n, device.sm_count, fits)
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)
     tile_count = ceil_div(m, block_m) * ceil_div(n, block_n)
     persistent = tile_count > device.sm_count

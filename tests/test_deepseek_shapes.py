@@ -18,6 +18,8 @@ DEEPSEEK_SHAPES = [(m, n, k) for m in (64, 128, 4096) for (n, k) in
                    ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))]
 RAGGED_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 4096, 1024), (4095, 7168, 2048), (300, 2111, 256),
                  (65, 130, 128)]
+# production's 128 x 112 tiles (gemm.heuristics.fuller_wave_block_n), two B scales in most tiles; M ragged in one
+FULLER_WAVE_SHAPES = [(256, 7168, 2048), (200, 7168, 7168)]
 # TEST_STAGES=4,5,6 narrows a GPU run to some stages (all by default).
 STAGES = [int(s) for s in os.environ.get("TEST_STAGES", "").split(",") if s] or lessons.GEMM_STAGES
 
@@ -68,7 +70,7 @@ def test_stage(number, m, n, k, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m, n, k", DEEPSEEK_SHAPES + RAGGED_SHAPES)
+@pytest.mark.parametrize("m, n, k", DEEPSEEK_SHAPES + RAGGED_SHAPES + FULLER_WAVE_SHAPES)
 def test_fp8_gemm_nt(m, n, k, rng):
     run_and_check(lambda a, sa, b, sb, out: gemm.fp8_gemm_nt((a, sa), (b, sb), out), m, n, k, rng)
 
