@@ -13,6 +13,8 @@ parallel processes that fill the same caches, so the timing children only load t
     python -m gemm.testing.deepgemm_peer warm JOBS    # a warm-up child (started by warm)
     PYTHONPATH=/tmp/peers/deepgemm-2504:. python -m gemm.testing.deepgemm_peer once M N K   # ncu's target:
         # compile, then one more call (profile it with ncu --launch-skip 1 -k regex:fp8_gemm)
+    PYTHONPATH=/tmp/peers/deepgemm-2507:. python -m gemm.testing.deepgemm_peer graph M N K  # the same call in the
+        # timer's graph, after its flushes (ncu --graph-profiling node --cache-control none -k regex:fp8_gemm)
 """
 from __future__ import annotations
 
@@ -389,6 +391,20 @@ def start_peers(trees: list[DeepGemmTree], jobs: list[tuple], *, warm_processes:
     return processes
 
 
+def time_in_graph(m: int, n: int, k: int) -> int:
+    """This tree's dense call on fresh inputs, timed once by the bench's timer (4 pairs of memset flush and call):
+    ncu's target when the kernel is to be profiled where the timer runs it, right after a flush inside the graph
+    (``ncu --graph-profiling node --cache-control none``). Prints the timer's result."""
+    import torch
+    import deep_gemm
+    from gemm.testing.problems import random_problem
+    from gemm.testing.timer import bench_kernel
+    a, sa, b, sb = random_problem(m, n, k)
+    loaded = _Loaded(deep_gemm, torch, dense_payload(a, sa, b, sb), f"cuda:{torch.cuda.current_device()}")
+    print(f"{m}x{n}x{k}: {bench_kernel(loaded.launch, pairs=4, reps=1)}")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
@@ -398,6 +414,8 @@ def main(argv=None) -> int:
     if argv[:1] == ["once"]:
         m, n, k = map(int, argv[1:4])
         return 1 if _warm_jobs([["dense", 1, m, n, k]], calls=2) else 0
+    if argv[:1] == ["graph"]:
+        return time_in_graph(*map(int, argv[1:4]))
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -8,7 +8,8 @@
 A job is ``M,N,K`` (the heuristics' config) or ``M,N,K@field=value,...`` (that config with overrides, as
 ``python -m gemm bench configs`` takes them); ``M,N,K@wgrad[,field=value,...]`` is the weight-gradient GEMM
 (1x128 scales on both operands, FP32 D += A*B^T; K any multiple of 16) with the wgrad heuristics' config. Each job runs once under each tool in a child process
-(``python -m gemm.testing.sanitize --once ...``, also the target for ncu), which checks its output (NaN-poisoned D,
+(``python -m gemm.testing.sanitize --once ...``, also the target for ncu; ``--graph M N K`` is ncu's target inside the
+timer's graph), which checks its output (NaN-poisoned D,
 every element written, calc_diff against float64). Exit 0 only when every run is clean and correct; a missing
 compute-sanitizer or GPU is a message and exit 2, never a silent pass.
 """
@@ -138,9 +139,25 @@ def run(args) -> int:
     return 1 if failures else 0
 
 
+def time_in_graph(m: int, n: int, k: int) -> int:
+    """Production's call on fresh inputs, timed once by the bench's timer (4 pairs of memset flush and call): ncu's
+    target when the kernel is to be profiled where the timer runs it, right after a flush inside the graph
+    (``ncu --graph-profiling node --cache-control none``; DeepGEMM's side: ``deepgemm_peer graph``)."""
+    import gemm
+    from gemm.testing.problems import TorchProblem, random_problem
+    from gemm.testing.timer import bench_kernel
+    problem = TorchProblem.from_host(*random_problem(m, n, k))
+    timing = bench_kernel(lambda stream: gemm.fp8_gemm_nt((problem.a, problem.sa), (problem.b, problem.sb),
+                                                          problem.out, stream=stream), pairs=4, reps=1)
+    print(f"{m}x{n}x{k}: {timing}")
+    return 0
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--once"]:
         sys.exit(run_once(*(int(v) for v in sys.argv[2:5]), *sys.argv[5:6]))
+    if sys.argv[1:2] == ["--graph"]:
+        sys.exit(time_in_graph(*(int(v) for v in sys.argv[2:5])))
     parser = argparse.ArgumentParser(prog="python -m gemm.testing.sanitize")
     add_arguments(parser)
     sys.exit(run(parser.parse_args()))
