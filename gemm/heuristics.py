@@ -160,7 +160,7 @@ def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168,
     return best
 
 
-def fuller_wave_block_n(m: int, n: int, k: int, block_m: int, block_n: int, sms: int, fits=None) -> int:
+def fuller_wave_block_n(m: int, n: int, k: int, block_m: int, block_n: int, sms: int, fits) -> int:
     """128 x 128 tiles of one partial wave give way to 128 x 112 ones where 112 divides N (no ragged last n-block),
     the narrower tiles still fit one wave and K is short enough for the tensor cores, not HBM, to set the pace: at
     N = 7168 and M in (128, 256], 128 tiles of 112 columns keep 128 SMs busy instead of 112 (DeepGEMM's fullest-wave
@@ -169,12 +169,11 @@ def fuller_wave_block_n(m: int, n: int, k: int, block_m: int, block_n: int, sms:
     so not from FULLER_WAVE_MAX_K on. The cost model alone would not choose it (nor should it everywhere: at N = 4096,
     with a ragged last n-block, 128 x 112 measured 15% slower, results/sweep_m256_n112.json)."""
     narrower = FULLER_WAVE_BLOCK_N
-    if ((block_m, block_n) != (128, 128) or n % narrower or k >= FULLER_WAVE_MAX_K
-            or ceil_div(m, 128) * ceil_div(n, narrower) > sms):
-        return block_n
-    if ceil_div(m, 128) * ceil_div(n, narrower) <= ceil_div(m, 128) * ceil_div(n, block_n):
-        return block_n
-    return narrower if fits is None or fits(128, narrower) else block_n
+    more_tiles_in_one_wave = (ceil_div(n, block_n) < ceil_div(n, narrower)
+                              and ceil_div(m, 128) * ceil_div(n, narrower) <= sms)
+    if (block_m, block_n) == (128, 128) and n % narrower == 0 and k < FULLER_WAVE_MAX_K and more_tiles_in_one_wave:
+        return narrower if fits(128, narrower) else block_n
+    return block_n
 
 
 def post_passes() -> tuple[str, ...]:

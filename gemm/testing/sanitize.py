@@ -6,12 +6,12 @@
     python -m gemm sanitize "300,232,272@wgrad" "520,4096,1040@wgrad,block_m=64,block_n=128"
 
 A job is ``M,N,K`` (the heuristics' config) or ``M,N,K@field=value,...`` (that config with overrides, as
-``python -m gemm bench configs`` takes them); ``M,N,K@wgrad[,field=value,...]`` is the weight-gradient GEMM
-(1x128 scales on both operands, FP32 D += A*B^T; K any multiple of 16) with the wgrad heuristics' config. Each job runs once under each tool in a child process
-(``python -m gemm.testing.sanitize --once ...``, also the target for ncu; ``--graph M N K`` is ncu's target inside the
-timer's graph), which checks its output (NaN-poisoned D,
-every element written, calc_diff against float64). Exit 0 only when every run is clean and correct; a missing
-compute-sanitizer or GPU is a message and exit 2, never a silent pass.
+``python -m gemm bench configs`` takes them); ``M,N,K@wgrad[,field=value,...]`` is the weight-gradient GEMM (1x128
+scales on both operands, FP32 D += A*B^T; K any multiple of 16) with the wgrad heuristics' config. Each job runs
+once under each tool in a child process (``python -m gemm.testing.sanitize --once ...``, also the target for ncu;
+``--graph M N K`` is ncu's target inside the timer's graph), which checks its output (NaN-poisoned D, every element
+written, calc_diff against float64). Exit 0 only when every run is clean and correct; a missing compute-sanitizer or
+GPU is a message and exit 2, never a silent pass.
 """
 from __future__ import annotations
 
