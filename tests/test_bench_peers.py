@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +146,13 @@ def test_summary_table_and_chart(tmp_path):
     pytest.importorskip("matplotlib")
     bench_peers.plot(rows, tmp_path / "bench.png", title="test")
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("target", [["gemm.testing.sanitize", "--graph"], ["gemm.testing.deepgemm_peer", "graph"]])
+def test_the_ncu_graph_targets_say_what_is_missing_without_a_gpu(target):
+    """``--graph`` / ``graph`` (ncu's targets inside the timer's graph, docs/benchmarks.md): no traceback, exit 2."""
+    from ptx.device import is_hopper
+    if is_hopper():
+        pytest.skip("a Hopper GPU is here")
+    done = subprocess.run([sys.executable, "-m", *target, "1", "256", "128"], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "Hopper GPU" in done.stderr, done.stderr

@@ -395,6 +395,11 @@ def time_in_graph(m: int, n: int, k: int) -> int:
     """This tree's dense call on fresh inputs, timed once by the bench's timer (4 pairs of memset flush and call):
     ncu's target when the kernel is to be profiled where the timer runs it, right after a flush inside the graph
     (``ncu --graph-profiling node --cache-control none``). Prints the timer's result."""
+    from ptx.device import is_hopper
+    if not is_hopper():
+        print("deepgemm_peer graph times DeepGEMM's sm_90a kernels: it needs a Hopper GPU (none found)",
+              file=sys.stderr)
+        return 2
     import torch
     import deep_gemm
     from gemm.testing.problems import random_problem

@@ -143,6 +143,10 @@ def time_in_graph(m: int, n: int, k: int) -> int:
     """Production's call on fresh inputs, timed once by the bench's timer (4 pairs of memset flush and call): ncu's
     target when the kernel is to be profiled where the timer runs it, right after a flush inside the graph
     (``ncu --graph-profiling node --cache-control none``; DeepGEMM's side: ``deepgemm_peer graph``)."""
+    from ptx.device import is_hopper
+    if not is_hopper():
+        print("sanitize --graph times the sm_90a kernels: it needs a Hopper GPU (none found)", file=sys.stderr)
+        return 2
     import gemm
     from gemm.testing.problems import TorchProblem, random_problem
     from gemm.testing.timer import bench_kernel
