@@ -25,10 +25,14 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGE07, STAGE08 = lessons.stage(7), lessons.stage(8)
 
 
-def assemble(config, n, k):
+def compile_ptx_of(config, n, k):
     from ptx.compile import compile_ptx
+    return compile_ptx(generate(config, n, k))
+
+
+def assemble(config, n, k):
     from ptx.sass import disassemble, opcode_counts
-    cubin = compile_ptx(generate(config, n, k))
+    cubin = compile_ptx_of(config, n, k)
     return cubin, opcode_counts(disassemble(cubin))
 
 
@@ -522,3 +526,79 @@ def test_the_early_poll_takes_both_paths_on_the_emulator(rng, monkeypatch):
     d = run_gemm(config, *problem, sm_count=2)
     assert calc_diff(d, reference_gemm(*problem)) < 1e-3 and not np.isnan(d).any()
     assert True in answers and False in answers, answers
+
+
+PAIRED_CASES = [  # (M, N, K, config fields): two K blocks in flight (accumulators=2), odd and even K-block counts
+    (20, 136, 640, dict(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0)),  # 5 K blocks
+    (1, 72, 128, dict(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0)),  # one K block
+    (70, 200, 1024, dict(block_m=128, block_n=56, stages=3)),  # two warpgroups, a B-scale edge, persistent
+    (130, 136, 400, dict(block_m=64, block_n=32, stages=2, epilogue="staged")),  # K = 400: 4 blocks, last partial
+    (200, 256, 768, dict(block_m=128, block_n=64, stages=3, multicast=2)),  # A multicast to a CTA pair
+    (16, 200, 1152, dict(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0, split_k=2)),
+    (5, 136, 896, dict(block_m=64, block_n=56, stages=3, persistent=False, raster_group=0, split_k=4)),
+]
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2])
+@pytest.mark.parametrize("m, n, k, fields", PAIRED_CASES)
+def test_two_k_blocks_in_flight_on_the_emulator(m, n, k, fields, seed, rng):
+    """accumulators=2: K block k+1's wgmmas are issued before K block k is waited for and promoted. The emulator
+    reads a wgmma's operands at its wait_group, so a stage released (and refilled) before its own group completed,
+    or a promotion of the wrong set, is a wrong answer here; exact against the reference, every element written,
+    under round-robin and random schedules, with 2-3 ring stages so the producer refills as early as it may."""
+    from gemm.testing.emulated import run_gemm
+    config = KernelConfig(accumulators=2, **fields)
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=3, seed=seed), problem)
+
+
+def test_two_k_blocks_in_flight_assemble_without_serialized_wgmma():
+    """ptxas keeps the second group in flight: one wait for all but the newest group per unrolled half (of each
+    compiled K loop: one per place the tile's B-scale edge may fall), one full wait per drain, no warning that it
+    serialized the wgmmas, no spills; the register cost is one more accumulator set."""
+    from ptx.sass import disassemble
+    config = choose_config(64, 7168, 16384, H100).replace(accumulators=2)
+    assert config.math_registers_needed == 3 * config.block_n // 2
+    cubin = compile_ptx_of(config, 7168, 16384)
+    assert_clean_resources(cubin, KERNEL)
+    assert not cubin.warnings, cubin.warnings
+    waits = [i.text for i in disassemble(cubin) if i.text.startswith("WARPGROUP.DEPBAR")]
+    loops = len(config.former_groups_variants)
+    assert waits.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") == 2 * loops
+    assert waits.count("WARPGROUP.DEPBAR.LE gsb0, 0x0") == 2 * loops
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(accumulators=3), "accumulators must be 1 or 2"),
+    (dict(accumulators=2, block_m=256, block_n=64), "block_m <= 128"),
+    (dict(accumulators=2, producer="inline", persistent=False, registers=None), "producer='warpgroup'"),
+    (dict(accumulators=2, block_n=64, b_scales="1x128"), "b_scales=.128x128."),
+    (dict(accumulators=2, block_m=128, block_n=256), "registers per thread"),
+])
+def test_two_k_blocks_in_flight_misuse_is_named(fields, words):
+    with pytest.raises(ValueError, match=words):
+        KernelConfig(**fields)
+
+
+@pytest.mark.parametrize("m, n, k, fields", [
+    (20, 136, 640, dict(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0, l2_prefetch=3)),
+    (70, 200, 1024, dict(block_m=128, block_n=56, stages=3, l2_prefetch=2, accumulators=2)),  # persistent walk
+    (16, 200, 1152, dict(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0, split_k=2,
+                         l2_prefetch=20)),  # more blocks asked for than the CTA's share holds: clipped at its end
+])
+def test_l2_prefetch_changes_no_answer_on_the_emulator(m, n, k, fields, rng):
+    """l2_prefetch (a measured loss, kept so the measurement can be repeated: docs/benchmarks.md): the producer asks
+    L2 for B ahead of its loads; the answer is the same, and the emulator checks each prefetch names a tensor map."""
+    from gemm.testing.emulated import run_gemm
+    config = KernelConfig(**fields)
+    assert "cp.async.bulk.prefetch.tensor.2d.L2.global.tile" in generate(config, n, k)
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=3, seed=int(rng.integers(1000))), problem)
+
+
+def test_l2_prefetch_misuse_is_named():
+    for fields in (dict(l2_prefetch=65), dict(l2_prefetch=-1),
+                   dict(l2_prefetch=4, producer="inline", persistent=False, registers=None, block_n=64),
+                   dict(l2_prefetch=4, gemm_type="masked")):
+        with pytest.raises(ValueError, match="l2_prefetch"):
+            KernelConfig(**fields)

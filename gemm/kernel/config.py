@@ -49,6 +49,18 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   the others write theirs into their own (idle) ring, a cluster barrier publishes them, and rank 0 reads them
   through distributed shared memory (``ld.shared::cluster``), adds them and runs the epilogue. One tile per
   cluster (persistent=False), the 128x128 forward kernel only.
+* ``accumulators``: wgmma accumulator sets per math warpgroup. With 1, a K block is a chain: wait for its stage,
+  four wgmmas, ``wait_group 0``, release, promotion, then the next. With 2 (DeeperGEMM's idea), K block k+1's
+  wgmmas are issued into the second set before K block k's promotion, and ``wait_group 1`` waits for k's only, so
+  the tensor cores' latency overlaps the promotion, the release and the next barrier wait. Where the K loop's round
+  trip, not the operand feed, sets the pace (decode: a tile's K blocks follow each other, each K block's bytes
+  arrive in a fraction of the round trip), that takes the wgmma latency off the chain. One 64-row wave per
+  warpgroup (block_m <= 128); block_n / 2 more registers per thread. Measured +1-5% at decode (docs/benchmarks.md,
+  "Two K blocks in flight").
+* ``l2_prefetch``: P > 0 has the producer ask L2 for the tile's B P K blocks ahead of its loads
+  (``cp.async.bulk.prefetch.tensor``): the first P before its first load, then block k + P with block k. A measured
+  loss at every decode shape and P tried (docs/benchmarks.md, "B asked of L2 ahead of the ring"); production never
+  sets it, and it stays so that the measurement can be repeated.
 """
 from __future__ import annotations
 
@@ -102,6 +114,11 @@ class KernelConfig:
     # the math warps test the next stage's full barrier (mbarrier.test_wait) right after releasing this one, before
     # the promotion FFMAs, and skip the blocking wait when it has already completed; False: they poll after
     early_poll: bool = True
+    # wgmma accumulator sets per math warpgroup: 2 issues K block k+1's wgmmas before K block k's promotion, so two
+    # K blocks are in flight (see the module docstring)
+    accumulators: int = 1
+    # K blocks of B the producer asks L2 for ahead of its loads (cp.async.bulk.prefetch.tensor); 0: none
+    l2_prefetch: int = 0
 
     def __post_init__(self):
         if self.block_m not in (64, 128, 256):
@@ -109,6 +126,9 @@ class KernelConfig:
                              f"got {self.block_m}")
         if self.block_n % 8 or not 8 <= self.block_n <= 256:
             raise ValueError(f"block_n must be a multiple of 8 in 8..256 (wgmma's N), got {self.block_n}")
+        if self.accumulators not in (1, 2):
+            raise ValueError(f"accumulators must be 1 or 2 (wgmma accumulator sets per math warpgroup), "
+                             f"got {self.accumulators}")
         if self.block_n > 128 and math.gcd(self.block_n, 128) != self.block_n - 128 and self.b_scales == "128x128":
             raise ValueError(f"block_n={self.block_n}: a tile may span at most two 128-wide B-scale blocks, which "
                              "for BLOCK_N > 128 needs gcd(BLOCK_N, 128) == BLOCK_N - 128 (144, 160, 192, 256)")
@@ -197,6 +217,13 @@ class KernelConfig:
             raise ValueError("split_k > 1 gives each cluster one tile of the dense forward GEMM: it needs "
                              "persistent=False, producer='warpgroup', multicast=1, gemm_type='normal' and "
                              "b_scales='128x128'")
+        if self.accumulators == 2 and (self.block_m > 128 or self.producer != "warpgroup"
+                                       or self.b_scales != "128x128"):
+            raise ValueError("accumulators=2 keeps two K blocks of one 64-row wave in flight: it needs block_m <= 128 "
+                             "(one wave per warpgroup), producer='warpgroup' and b_scales='128x128'")
+        if not 0 <= self.l2_prefetch <= 64 or self.l2_prefetch and (self.producer != "warpgroup" or self.grouped):
+            raise ValueError(f"l2_prefetch (K blocks of B asked of L2 ahead of the loads) must be in 0..64, with "
+                             f"producer='warpgroup' and gemm_type='normal'; got {self.l2_prefetch}")
         if self.gemm_type == "masked" and not self.persistent:
             raise ValueError("gemm_type='masked' walks the groups' tiles in a persistent loop (their count is only "
                              "known on the device): it needs persistent=True")
@@ -217,10 +244,11 @@ class KernelConfig:
 
     @property
     def math_registers_needed(self) -> int:
-        """Per-thread FP32 registers of the math loop: the totals of every wave, one wgmma accumulator set and,
+        """Per-thread FP32 registers of the math loop: the totals of every wave, the wgmma accumulator sets and,
         with 1x128 B scales, the thread's BLOCK_N/4 column scales."""
         waves = self.block_m // (64 * self.math_warpgroups)
-        return (waves + 1) * self.block_n // 2 + (self.block_n // 4 if self.b_scales == "1x128" else 0)
+        return ((waves + self.accumulators) * self.block_n // 2
+                + (self.block_n // 4 if self.b_scales == "1x128" else 0))
 
     @property
     def d_buffer_shape(self) -> tuple[int, int]:
@@ -282,8 +310,12 @@ class KernelConfig:
             fields.append(f"K split over {self.split_k} CTAs")
         if not self.uniform_offsets:
             fields.append("per-thread A offsets")
-        if not self.early_poll and self.producer == "warpgroup":
+        if not self.early_poll and self.producer == "warpgroup" and self.accumulators == 1:
             fields.append("full barrier polled after the promotion")
+        if self.accumulators == 2:
+            fields.append("two K blocks in flight")
+        if self.l2_prefetch:
+            fields.append(f"B prefetched {self.l2_prefetch} K blocks ahead into L2")
         if self.grouped:
             fields.insert(0, f"m-grouped {self.gemm_type}")
         return ", ".join(fields)

@@ -193,7 +193,7 @@ class _Kernel:
         b, e, r, p, c = self.b, self.b.emit, self.b.reg, self.plan, self.config
         if c.registers:
             e(w.setmaxnreg(c.registers[1], increase=True))
-        math = MathWarpgroups(b, c.block_m, c.block_n, self.tid, self.seams, c.uniform_offsets)
+        math = MathWarpgroups(b, c.block_m, c.block_n, self.tid, self.seams, c.uniform_offsets, c.accumulators)
         epilogue = self.epilogue(math)
         sb_tile = r("u32", "sb_tile")
         e(f"add.u32 {sb_tile}, {self.smem}, {p.sb_region};")
@@ -313,6 +313,8 @@ class _Kernel:
                              0 if self.config.runtime_k else self.plan.kb, seams=self.seams)
 
     def k_loop(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str, former: int | None) -> None:
+        if self.config.accumulators == 2:
+            return self.paired_k_loop(math, sb_tile, c_stage, c_parity, former)
         b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
         kb, more = r("u32", "kb"), r("pred")
         top = b.label("k_block")
@@ -355,6 +357,57 @@ class _Kernel:
         if not early:
             self.ring.advance(c_stage, c_parity)
         e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {self.k_blocks};", f"@{more} bra {top};")
+
+    def paired_k_loop(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str,
+                      former: int | None) -> None:
+        """The K loop with two K blocks in flight (KernelConfig.accumulators == 2): K block k+1's wgmmas are issued
+        into the other accumulator set before K block k is waited for (``wait_group 1``), released and promoted.
+        The loop body is unrolled twice, once per set (PTX registers are named at compile time); the last K block is
+        waited for with ``wait_group 0`` on the way out. A stage is released after its own group completes, never
+        earlier (the emulator reads a wgmma's operands at its wait, so a stage refilled too soon is a wrong
+        answer there)."""
+        b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
+        sets = (math.acc, math.second_acc)
+        held_stage = [r("u32", "held_stage") for _ in sets]  # the ring slot each set's K block came from
+        row_scales = [(r("f32", "sa"), r("f32", "sa")) for _ in sets]
+        b_scales = [tuple(r("f32", "sb") for _ in range(p.sb_rows)) for _ in sets]
+
+        def issue(into: int, k_block: str) -> None:
+            e(f"mov.u32 {held_stage[into]}, {c_stage};")
+            sb_address = r("u32")
+            e(f"mad.lo.u32 {sb_address}, {k_block}, 4, {sb_tile};",
+              *(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];"  # row 1: the next scale block
+                for row, value in enumerate(b_scales[into])))
+            slot = self.ring.stage(c_stage)
+            self.ring.wait(slot.full, c_parity, "wait_full")
+            math.issue(slot.a_tile, slot.b_tile, slot.sa_tile, sets[into], row_scales[into])
+            self.ring.advance(c_stage, c_parity)
+
+        def finish(held: int, pending: int) -> None:
+            e(w.wgmma_wait_group(pending))
+            self.release(math, self.ring.stage(held_stage[held]).empty, self.release_target)()
+            scales = b_scales[held] if former is not None else b_scales[held][0]
+            math.promote(sets[held], row_scales[held], scales, former)
+
+        kb, following, last = r("u32", "kb"), r("u32", "kb_next"), r("pred")
+        top, done = b.label("k_pair"), b.label("k_loop_end")
+        drains = [b.label("k_drain"), b.label("k_drain")]
+        e(f"mov.u32 {kb}, {self.k_first};")
+        issue(0, kb)
+        b.place(top)
+        for held in (0, 1):  # set `held` holds K block kb, in flight
+            e(f"add.u32 {following}, {kb}, 1;", f"setp.ge.u32 {last}, {following}, {self.k_blocks};",
+              f"@{last} bra {drains[held]};")
+            issue(1 - held, following)
+            finish(held, pending=1)
+            e(f"mov.u32 {kb}, {following};")
+        e(f"bra {top};")
+        for held in (0, 1):
+            b.place(drains[held])
+            finish(held, pending=0)
+            if held == 0:
+                e(f"bra {done};")
+        b.place(done)
 
     def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str, group: str | None = None) -> None:
         """The tile's K/128 B scales into shared memory, once per tile (every thread of the tile reads each one).

@@ -16,6 +16,10 @@ schedules the tiles; what the math warpgroups do with a tile is the same, so it 
   ``ld.shared.v2.f32`` while the tensor cores run, and the promotion becomes ``total += partial * (sA[row] *
   sB[column])``: one FMUL and one FFMA per accumulator. They are read into registers before the release, since the
   producer may overwrite the stage as soon as it is released.
+* **two K blocks in flight** (:meth:`MathWarpgroups.issue`, :meth:`MathWarpgroups.promote`, KernelConfig
+  .accumulators = 2): the same wgmmas and promotion split in two, so that the K loop
+  (:meth:`gemm.kernel.generator._Kernel.paired_k_loop`) can issue the next K block into :attr:`second_acc` before
+  it waits for this one (``wait_group 1``); one-wave tiles only.
 * **the epilogue** (:meth:`MathWarpgroups.store`): the FP32 totals are rounded to BF16 pairs and written
   into a shared staging tile in the fragment layout (rows padded by 16 bytes so a warp's 32 stores hit 32
   different banks), then each warp copies its own 16 rows out with row-contiguous (coalesced) 16-byte
@@ -104,10 +108,11 @@ class MathWarpgroups:
     """Emits the consumer side of a (block_m x block_n) tile into ``b``; ``tid`` is %tid.x in a register.
     ``seams``: a caller's ``wave_offset`` in place of :meth:`wave_row`'s rule (:mod:`gemm.kernel.seams`).
     ``uniform_offset``: broadcast the warpgroup's A offset from lane 0 (KernelConfig.uniform_offsets;
-    :meth:`warp_uniform_values`)."""
+    :meth:`warp_uniform_values`). ``accumulators``: wgmma accumulator sets (2: :attr:`second_acc` too, for a
+    K loop that keeps two K blocks in flight, KernelConfig.accumulators)."""
 
     def __init__(self, b: KernelBuilder, block_m: int, block_n: int, tid: str, seams: Seams = NO_SEAMS,
-                 uniform_offset: bool = False):
+                 uniform_offset: bool = False, accumulators: int = 1):
         if block_m % WARPGROUP_ROWS or block_n % 8 or not 8 <= block_n <= 256:
             raise ValueError(f"block {block_m}x{block_n}: M must be a multiple of 64, N of 8 up to 256")
         self.b, self.block_m, self.block_n, self.tid, self.seams = b, block_m, block_n, tid, seams
@@ -131,6 +136,7 @@ class MathWarpgroups:
         for name in self.warp_uniform_values(uniform_offset):
             e(core.warp_broadcast(values[name], values[name]))
         self.acc = b.regs("f32", block_n // 2, "acc")
+        self.second_acc = b.regs("f32", block_n // 2, "acc") if accumulators == 2 else None
         self.totals = [b.regs("f32", block_n // 2, "tot") for _ in range(self.waves)]
         self.zero_totals()
         # scale-d of wgmma is a predicate: false = overwrite (a fresh partial sum), true = accumulate
@@ -181,29 +187,11 @@ class MathWarpgroups:
         ``sb_value`` is the tile's B scale for this K block, or a pair when the tile spans two 128-wide B-scale
         blocks: its first ``former_groups`` 8-column groups take the first (a compile-time split); or, 1x128,
         the stage's :class:`ColumnScales`."""
-        e, r = self.b.emit, self.b.reg
-        scratch, b_desc = r("u32"), r("u64", "bdesc")
-        e(w.wgmma_descriptor(b_desc, b_tile, scratch, self.constant_desc))
+        e = self.b.emit
+        scratch, b_desc = self._b_descriptor(b_tile)
         column_scales = None
         for wave, total in enumerate(self.totals):
-            a_addr, a_desc = r("u32"), r("u64", "adesc")
-            e(f"add.u32 {a_addr}, {a_tile}, {self.wg_a_offset};",
-              *([f"add.u32 {a_addr}, {a_addr}, {self.wave_row(wave) * A_ROW_BYTES};"] if self.wave_row(wave) else []),
-              w.wgmma_descriptor(a_desc, a_addr, scratch, self.constant_desc))
-            # this K group's activation scales of the thread's two rows, read before the tensor cores start
-            sa_addr, sa_lo, sa_hi = r("u32"), r("f32", "sa"), r("f32", "sa")
-            e(f"shl.b32 {sa_addr}, {self.row}, 2;", f"add.u32 {sa_addr}, {sa_addr}, {sa_tile};",
-              f"ld.shared.f32 {sa_lo}, [{sa_addr}+{4 * self.wave_row(wave)}];",
-              f"ld.shared.f32 {sa_hi}, [{sa_addr}+{4 * self.wave_row(wave) + 32}];")
-            e(w.wgmma_fence())  # the accumulators were last touched by the FFMAs of the previous wave or block
-            for step in range(K_STEPS):
-                a_k, b_k = a_desc, b_desc
-                if step:  # the start address advances 32 bytes per k32 step; descriptors count 16-byte units
-                    a_k, b_k = r("u64", "adesc"), r("u64", "bdesc")
-                    advance = step * w.K32_STEP_BYTES >> 4
-                    e(f"add.s64 {a_k}, {a_desc}, {advance};", f"add.s64 {b_k}, {b_desc}, {advance};")
-                e(w.wgmma_e4m3(self.acc, a_k, b_k, self.fresh if step == 0 else self.accumulate))
-            e(w.wgmma_commit_group())
+            sa_lo, sa_hi = self._issue_wave(wave, a_tile, b_desc, scratch, sa_tile, self.acc)
             if isinstance(sb_value, ColumnScales):
                 if column_scales is None:  # once per K block, while the first wave's MMAs run
                     column_scales = self._load_column_scales(sb_value.tile)
@@ -215,16 +203,69 @@ class MathWarpgroups:
             e(w.wgmma_wait_group(0))
             if release is not None and wave == self.waves - 1:
                 release()
-            pairs = sb_value if isinstance(sb_value, tuple) else (sb_value,)
-            scales = []  # (row l/4 scale, row l/4 + 8 scale) per B-scale block
-            for sb in pairs:
-                scale_lo, scale_hi = r("f32", "scale"), r("f32", "scale")
-                e(f"mul.f32 {scale_lo}, {sa_lo}, {sb};", f"mul.f32 {scale_hi}, {sa_hi}, {sb};")
-                scales.append((scale_lo, scale_hi))
-            split = self.block_n // 8 if former_groups is None else former_groups
-            for i, (running, partial) in enumerate(zip(total, self.acc)):
-                block = 0 if i // 4 < split else 1
-                e(core.promote(running, partial, scales[block][(i // 2) % 2]))
+            self._promote(total, self.acc, sa_lo, sa_hi, sb_value, former_groups)
+
+    # -- K blocks in flight two at a time (KernelConfig.accumulators == 2) ----------------------------------
+    def issue(self, a_tile: str, b_tile: str, sa_tile: str, acc: list[str], row_scales: tuple[str, str]) -> None:
+        """One K block's four wgmmas into ``acc`` (this or :attr:`second_acc`), committed as one group, the thread's
+        two A scales loaded into ``row_scales`` for :meth:`promote`; one-wave tiles only. The caller waits for the
+        group (``wgmma.wait_group 1`` while the next K block's group runs) and releases the stage."""
+        if self.waves != 1:
+            raise ValueError(f"{self.block_m}-row tiles give each warpgroup {self.waves} waves: one accumulator set "
+                             "per K block in flight needs one wave")
+        scratch, b_desc = self._b_descriptor(b_tile)
+        self._issue_wave(0, a_tile, b_desc, scratch, sa_tile, acc, row_scales)
+
+    def promote(self, acc: list[str], row_scales: tuple[str, str], sb_value: str | tuple[str, str],
+                former_groups: int | None = None) -> None:
+        """totals += ``acc`` * (sA * sB) for a K block whose group :meth:`issue` committed and the caller waited for."""
+        self._promote(self.totals[0], acc, *row_scales, sb_value, former_groups)
+
+    def _b_descriptor(self, b_tile: str) -> tuple[str, str]:
+        scratch, b_desc = self.b.reg("u32"), self.b.reg("u64", "bdesc")
+        self.b.emit(w.wgmma_descriptor(b_desc, b_tile, scratch, self.constant_desc))
+        return scratch, b_desc
+
+    def _issue_wave(self, wave: int, a_tile: str, b_desc: str, scratch: str, sa_tile: str, acc: list[str],
+                    row_scales: tuple[str, str] | None = None) -> tuple[str, str]:
+        """Wave ``wave``'s A descriptor, its two A scales (into ``row_scales``, or fresh registers), and its four
+        wgmmas into ``acc``, committed; returns the scales' registers."""
+        e, r = self.b.emit, self.b.reg
+        a_addr, a_desc = r("u32"), r("u64", "adesc")
+        e(f"add.u32 {a_addr}, {a_tile}, {self.wg_a_offset};",
+          *([f"add.u32 {a_addr}, {a_addr}, {self.wave_row(wave) * A_ROW_BYTES};"] if self.wave_row(wave) else []),
+          w.wgmma_descriptor(a_desc, a_addr, scratch, self.constant_desc))
+        # this K group's activation scales of the thread's two rows, read before the tensor cores start
+        sa_addr = r("u32")
+        sa_lo, sa_hi = row_scales or (r("f32", "sa"), r("f32", "sa"))
+        e(f"shl.b32 {sa_addr}, {self.row}, 2;", f"add.u32 {sa_addr}, {sa_addr}, {sa_tile};",
+          f"ld.shared.f32 {sa_lo}, [{sa_addr}+{4 * self.wave_row(wave)}];",
+          f"ld.shared.f32 {sa_hi}, [{sa_addr}+{4 * self.wave_row(wave) + 32}];")
+        e(w.wgmma_fence())  # the accumulators were last touched by the FFMAs of the previous wave or block
+        for step in range(K_STEPS):
+            a_k, b_k = a_desc, b_desc
+            if step:  # the start address advances 32 bytes per k32 step; descriptors count 16-byte units
+                a_k, b_k = r("u64", "adesc"), r("u64", "bdesc")
+                advance = step * w.K32_STEP_BYTES >> 4
+                e(f"add.s64 {a_k}, {a_desc}, {advance};", f"add.s64 {b_k}, {b_desc}, {advance};")
+            e(w.wgmma_e4m3(acc, a_k, b_k, self.fresh if step == 0 else self.accumulate))
+        e(w.wgmma_commit_group())
+        return sa_lo, sa_hi
+
+    def _promote(self, total: list[str], acc: list[str], sa_lo: str, sa_hi: str, sb_value: str | tuple[str, str],
+                 former_groups: int | None) -> None:
+        """total += acc * (sa[row] * sb), one FFMA per accumulator; a pair of B scales splits at ``former_groups``."""
+        e, r = self.b.emit, self.b.reg
+        pairs = sb_value if isinstance(sb_value, tuple) else (sb_value,)
+        scales = []  # (row l/4 scale, row l/4 + 8 scale) per B-scale block
+        for sb in pairs:
+            scale_lo, scale_hi = r("f32", "scale"), r("f32", "scale")
+            e(f"mul.f32 {scale_lo}, {sa_lo}, {sb};", f"mul.f32 {scale_hi}, {sa_hi}, {sb};")
+            scales.append((scale_lo, scale_hi))
+        split = self.block_n // 8 if former_groups is None else former_groups
+        for i, (running, partial) in enumerate(zip(total, acc)):
+            block = 0 if i // 4 < split else 1
+            e(core.promote(running, partial, scales[block][(i // 2) % 2]))
 
     def _load_column_scales(self, tile: str) -> list[str]:
         """The thread's BLOCK_N/4 column scales of this K block: pairs (8j + 2(l % 4), +1) by ``ld.shared.v2``."""

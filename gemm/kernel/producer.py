@@ -123,6 +123,11 @@ class Ring:
         if stage.sb_tile is not None:  # 1x128: this K block's scales of the tile's BLOCK_N rows of B, like sa's
             e(bulk_copies.tma_load_2d(stage.sb_tile, self.tmaps["tmap_sb"], n0, k_block, stage.full))
 
+    def prefetch_b(self, k_block: str, n0: str) -> None:
+        """Ask L2 for K block ``k_block`` of the tile's B rows (KernelConfig.l2_prefetch)."""
+        k_byte = self.b.reg("u32", "kx")
+        self.b.emit(f"shl.b32 {k_byte}, {k_block}, 7;", bulk_copies.tma_prefetch_2d(self.tmaps["tmap_b"], k_byte, n0))
+
     def wait(self, barrier: str, parity: str, what: str) -> None:
         ready = self.b.reg("pred")
         self.b.emit(barriers.mbarrier_wait_parity(barrier, parity, ready, self.b.label(what)))
@@ -185,10 +190,20 @@ class WarpgroupProducer:
             k, more = b.reg("u32", "pk"), b.reg("pred")
             top = b.label("produce")
             b.emit(f"mov.u32 {k}, {self.k_first};")
+            ahead = ring.plan.config.l2_prefetch
+            if ahead:
+                self.prefetch_first(k, n0, ahead)
             b.place(top)
             slot = ring.stage(stage)
             ring.wait(slot.empty, parity, "wait_empty")
             ring.load(slot, k, m0, n0, pair, scheduler if scheduler.config.grouped else None)
+            if ahead:  # K block k + ahead, when the tile has one, joins the L2 requests as block k leaves them
+                later, inside = b.reg("u32", "pk_ahead"), b.reg("pred")
+                b.emit(f"add.u32 {later}, {k}, {ahead};", f"setp.lt.u32 {inside}, {later}, {kb};")
+                skip = b.label("prefetched")
+                b.emit(f"@!{inside} bra {skip};")
+                ring.prefetch_b(later, n0)
+                b.place(skip)
             ring.advance(stage, parity)
             b.emit(f"add.u32 {k}, {k}, 1;", f"setp.lt.u32 {more}, {k}, {kb};", f"@{more} bra {top};")
         if self.rank:
@@ -197,6 +212,16 @@ class WarpgroupProducer:
             for _ in range(ring.plan.config.stages):
                 ring.wait(ring.stage(stage).empty, parity, "drain_empty")
                 ring.advance(stage, parity)
+
+    def prefetch_first(self, k: str, n0: str, ahead: int) -> None:
+        """The tile's first ``ahead`` K blocks of B (fewer if it has fewer), asked of L2 before the first load."""
+        b, kb = self.ring.b, self.ring.k_blocks
+        j, end, more = b.reg("u32", "pf"), b.reg("u32", "pf_end"), b.reg("pred")
+        top = b.label("prefetch")
+        b.emit(f"mov.u32 {j}, {k};", f"add.u32 {end}, {k}, {ahead};", f"min.u32 {end}, {end}, {kb};")
+        b.place(top)
+        self.ring.prefetch_b(j, n0)
+        b.emit(f"add.u32 {j}, {j}, 1;", f"setp.lt.u32 {more}, {j}, {end};", f"@{more} bra {top};")
 
 
 __all__ = ["Ring", "Stage", "PairFlags", "InlineProducer", "WarpgroupProducer"]

@@ -90,6 +90,9 @@ class AsyncProxy:
         elif parts[3] == "wait_group":  # .read or not: reading shared memory and writing global happen together
             for t in threads:
                 self.cta.bulk.wait(int(self.tid[t]), int(ops[0]), self.smem)
+        elif parts[3:6] == ["prefetch", "tensor", "2d"]:  # into L2 only: only its operands to check
+            for t in threads:
+                self._box(ops[0], t)
         elif parts[3:5] == ["tensor", "2d"] and parts[5].startswith("shared"):
             for t in threads:
                 tmap, x, y = self._box(ops[1], t)

@@ -39,6 +39,12 @@ def tma_load_2d_multicast(shared_dst: str, tensormap_u64: str, x: str | int, y: 
             f"[{shared_dst}], [{tensormap_u64}, {{{x}, {y}}}], [{mbarrier}], {cta_mask};")
 
 
+# ISA "cp.async.bulk.prefetch.tensor" (.2d, .L2, .tile): ask L2 for the box at (x, y) of a tensor; nothing lands
+# in shared memory and nothing completes on a barrier: a later load of the box finds it in L2.
+def tma_prefetch_2d(tensormap_u64: str, x: str | int, y: str | int) -> str:
+    return f"cp.async.bulk.prefetch.tensor.2d.L2.global.tile [{tensormap_u64}, {{{x}, {y}}}];"
+
+
 # -- stores ---------------------------------------------------------------------------------------------------
 # ISA "cp.async.bulk.tensor" (.2d shared -> global, .bulk_group completion): the TMA store. The copy engine
 # writes only the part of the box inside the tensor, so ragged edges need no masks.
@@ -66,6 +72,6 @@ def bulk_wait_group(pending: int, read_only: bool = False) -> str:
 
 
 __all__ = [
-    "tensormap_address", "prefetch_tensormap", "tma_load_2d", "tma_load_2d_multicast", "tma_store_2d",
-    "tma_reduce_add_2d", "bulk_commit_group", "bulk_wait_group",
+    "tensormap_address", "prefetch_tensormap", "tma_load_2d", "tma_load_2d_multicast", "tma_prefetch_2d",
+    "tma_store_2d", "tma_reduce_add_2d", "bulk_commit_group", "bulk_wait_group",
 ]
