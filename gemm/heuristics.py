@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 
 from gemm.fp8 import ceil_div
-from gemm.kernel.config import SHARED_LIMIT, KernelConfig, max_stages, widest_split
+from gemm.kernel.config import MATH_REGISTER_BUDGET, SHARED_LIMIT, KernelConfig, max_stages, widest_split
 
 BLOCK_M_CANDIDATES = (64, 128, 256)
 # 56 = 7168 / 128: DeepSeek's N = 7168 in one wave of 128 tiles. Every multiple of 8 works (two B scales where
@@ -176,6 +176,18 @@ def fuller_wave_block_n(m: int, n: int, k: int, block_m: int, block_n: int, sms:
     return block_n
 
 
+def paired_k_blocks(config: KernelConfig) -> bool:
+    """Two K blocks in flight (KernelConfig.accumulators=2) for one wave of one-CTA tiles of at most 128 rows, where
+    the third accumulator set fits the registers (BLOCK_N <= 128), with a BF16 D. Measured on the H100 against one
+    set, same run (results/sweep_acc2_memset.json, _clean.json): +0.6-4.7% on 11 of 14 decode and M <= 256 shapes
+    (1 x 2112 x 7168 +4.7%, 16 x 7168 x 2048 +3.1%, 16 x 2112 x 7168 +2.0%, 256 x 7168 x 2048 +1.5%, 64 x 7168 x
+    16384 +0.6% and +0.9% after the clean flush), -0.1 to -0.6% on three (64 x 2112 x 7168, 32 and 1 x 4096 x 7168).
+    A persistent walk (more tiles than SMs) was not measured with it."""
+    totals_and_two_sets = 3 * config.block_n // 2  # one wave's totals + two accumulator sets, per thread
+    return (not config.persistent and config.block_m <= 128 and config.out_dtype == "bf16" and not config.accumulate
+            and config.b_scales == "128x128" and totals_and_two_sets <= MATH_REGISTER_BUDGET)
+
+
 def post_passes() -> tuple[str, ...]:
     """Cubin passes for production kernels: none by default (the FFMA interleave measured no gain on the H100,
     results/ffma_pass.json); FP8LADDER_FFMA_INTERLEAVE=deepgemm|every_other turns one on (ptx.passes)."""
@@ -222,6 +234,8 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
                           epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate,
                           pdl=m <= 128 and not persistent, split_k=split_k)
+    if paired_k_blocks(config):
+        config = config.replace(accumulators=2)
     stages = max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit)
     # Long K: D through a quarter of the tile, if that buys a ring stage. Measured on 256 x 128 tiles
     # (results/sweep_d_buffer.json): +8% at K = 16384, -1% at 7168, -5..-16% at K <= 2048, where the three waits

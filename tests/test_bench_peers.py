@@ -156,3 +156,9 @@ def test_the_ncu_graph_targets_say_what_is_missing_without_a_gpu(target):
         pytest.skip("a Hopper GPU is here")
     done = subprocess.run([sys.executable, "-m", *target, "1", "256", "128"], capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr and "Hopper GPU" in done.stderr, done.stderr
+
+
+def test_the_ncu_graph_target_names_a_wrong_flush():
+    done = subprocess.run([sys.executable, "-m", "gemm.testing.sanitize", "--graph", "1", "256", "128", "dirty"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "'memset', 'clean'" in done.stderr, done.stderr

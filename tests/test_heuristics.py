@@ -52,6 +52,22 @@ def test_a_partial_wave_of_128_wide_tiles_gives_way_to_112_wide_ones_where_measu
         SharedPlan(config, n, k).check()
 
 
+@pytest.mark.parametrize("m, n, k, out_dtype, paired", [
+    (1, 7168, 2048, "bf16", True), (16, 2112, 7168, "bf16", True), (64, 7168, 16384, "bf16", True),
+    (256, 7168, 2048, "bf16", True),  # 128 x 112: two warpgroups, one wave each
+    (1, 24576, 1536, "bf16", False),  # 64 x 192: a third set of 96 accumulators does not fit the registers
+    (4096, 4096, 7168, "bf16", False),  # 256 x 128, persistent: not measured with it
+    (128, 32768, 512, "bf16", False),  # persistent
+    (64, 7168, 2048, "f32", False),  # measured with a BF16 D only
+])
+def test_one_wave_decode_tiles_keep_two_k_blocks_in_flight(m, n, k, out_dtype, paired):
+    config = choose_config(m, n, k, H100, out_dtype=out_dtype, accumulate=out_dtype == "f32")
+    assert (config.accumulators == 2) == paired, config.describe()
+    if paired:
+        assert config.math_registers_needed <= 200 and not config.persistent and config.block_m <= 128
+        SharedPlan(config, n, k).check()
+
+
 def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():
     assert (choose_config(16, 2112, 7168, H100).block_n, choose_config(16, 2112, 7168, H100).split_k) == (64, 2)
     assert choose_config(32, 4096, 7168, H100).split_k == 1  # M = 32: wide tiles, no split

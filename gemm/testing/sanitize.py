@@ -139,10 +139,15 @@ def run(args) -> int:
     return 1 if failures else 0
 
 
-def time_in_graph(m: int, n: int, k: int) -> int:
-    """Production's call on fresh inputs, timed once by the bench's timer (4 pairs of memset flush and call): ncu's
-    target when the kernel is to be profiled where the timer runs it, right after a flush inside the graph
-    (``ncu --graph-profiling node --cache-control none``; DeepGEMM's side: ``deepgemm_peer graph``)."""
+def time_in_graph(m: int, n: int, k: int, flush: str = "memset") -> int:
+    """Production's call on fresh inputs, timed once by the bench's timer (4 pairs of flush and call; ``flush``:
+    "memset" or "clean", as ``bench --flush``): ncu's target when the kernel is to be profiled where the timer runs
+    it, right after a flush inside the graph (``ncu --graph-profiling node --cache-control none``; DeepGEMM's side:
+    ``deepgemm_peer graph``)."""
+    from gemm.testing.l2_flush import FLUSHES
+    if flush not in FLUSHES:
+        print(f"sanitize --graph M N K [FLUSH]: FLUSH is one of {FLUSHES}, got {flush!r}", file=sys.stderr)
+        return 2
     from ptx.device import is_hopper
     if not is_hopper():
         print("sanitize --graph times the sm_90a kernels: it needs a Hopper GPU (none found)", file=sys.stderr)
@@ -152,7 +157,7 @@ def time_in_graph(m: int, n: int, k: int) -> int:
     from gemm.testing.timer import bench_kernel
     problem = TorchProblem.from_host(*random_problem(m, n, k))
     timing = bench_kernel(lambda stream: gemm.fp8_gemm_nt((problem.a, problem.sa), (problem.b, problem.sb),
-                                                          problem.out, stream=stream), pairs=4, reps=1)
+                                                          problem.out, stream=stream), pairs=4, reps=1, flush=flush)
     print(f"{m}x{n}x{k}: {timing}")
     return 0
 
@@ -161,7 +166,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--once"]:
         sys.exit(run_once(*(int(v) for v in sys.argv[2:5]), *sys.argv[5:6]))
     if sys.argv[1:2] == ["--graph"]:
-        sys.exit(time_in_graph(*(int(v) for v in sys.argv[2:5])))
+        sys.exit(time_in_graph(*(int(v) for v in sys.argv[2:5]), *sys.argv[5:6]))
     parser = argparse.ArgumentParser(prog="python -m gemm.testing.sanitize")
     add_arguments(parser)
     sys.exit(run(parser.parse_args()))
