@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 
 from gemm.fp8 import ceil_div
-from gemm.kernel.config import MATH_REGISTER_BUDGET, SHARED_LIMIT, KernelConfig, max_stages, widest_split
+from gemm.kernel.config import SHARED_LIMIT, KernelConfig, max_stages, widest_split
 
 BLOCK_M_CANDIDATES = (64, 128, 256)
 # 56 = 7168 / 128: DeepSeek's N = 7168 in one wave of 128 tiles. Every multiple of 8 works (two B scales where
@@ -47,6 +47,7 @@ TILE_OVERHEAD = FEED_WEIGHT * 256
 DECODE_MAX_M, DECODE_MIN_BLOCK_N = 32, 64
 SPLIT_K_MAX_M, SPLIT_K_MIN_K = 16, 4096
 FULLER_WAVE_BLOCK_N, FULLER_WAVE_MAX_K = 112, 10240  # see fuller_wave_block_n
+PAIRED_MAX_BLOCK_N = 112  # see paired_k_blocks
 D_BUFFER_MIN_K = 10240  # from this K on, 256-row tiles store D in passes through a quarter buffer (_choose_config)  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
@@ -177,15 +178,21 @@ def fuller_wave_block_n(m: int, n: int, k: int, block_m: int, block_n: int, sms:
 
 
 def paired_k_blocks(config: KernelConfig) -> bool:
-    """Two K blocks in flight (KernelConfig.accumulators=2) for one wave of one-CTA tiles of at most 128 rows, where
-    the third accumulator set fits the registers (BLOCK_N <= 128), with a BF16 D. Measured on the H100 against one
-    set, same run (results/sweep_acc2_memset.json, _clean.json): +0.6-4.7% on 11 of 14 decode and M <= 256 shapes
-    (1 x 2112 x 7168 +4.7%, 16 x 7168 x 2048 +3.1%, 16 x 2112 x 7168 +2.0%, 256 x 7168 x 2048 +1.5%, 64 x 7168 x
-    16384 +0.6% and +0.9% after the clean flush), -0.1 to -0.6% on three (64 x 2112 x 7168, 32 and 1 x 4096 x 7168).
-    A persistent walk (more tiles than SMs) was not measured with it."""
-    totals_and_two_sets = 3 * config.block_n // 2  # one wave's totals + two accumulator sets, per thread
-    return (not config.persistent and config.block_m <= 128 and config.out_dtype == "bf16" and not config.accumulate
-            and config.b_scales == "128x128" and totals_and_two_sets <= MATH_REGISTER_BUDGET)
+    """Two K blocks in flight (KernelConfig.accumulators=2) for one wave of one-CTA tiles at most 128 x 112, the
+    widths measured, with a BF16 D through the TMA epilogue. Measured on the H100 against one set, same run
+    (results/sweep_acc2_memset.json, _clean.json; tiles 64 x 16-64 and 128 x 32-112): +0.4-4.7% on 11 of 14 decode
+    and M <= 256 shapes (1 x 2112 x 7168 +4.7%, 16 x 7168 x 2048 +3.1%, 16 x 2112 x 7168 +2.0%, 256 x 7168 x 2048
+    +1.5%, 64 x 7168 x 16384 +0.6% and +0.9% after the clean flush), -0.1 to -0.6% on three (64 x 2112 x 7168, 32
+    and 1 x 4096 x 7168), which keep it: within the run-to-run spread. A persistent walk (more tiles than SMs), wider
+    tiles and the staged epilogue were not measured with it."""
+    if (config.persistent or config.block_n > PAIRED_MAX_BLOCK_N or config.out_dtype != "bf16" or config.accumulate
+            or config.epilogue != "tma"):
+        return False
+    try:  # KernelConfig refuses 256-row tiles, 1x128 B scales, an inline producer and too many registers
+        config.replace(accumulators=2)
+    except ValueError:
+        return False
+    return True
 
 
 def post_passes() -> tuple[str, ...]:

@@ -586,14 +586,28 @@ def test_two_k_blocks_in_flight_misuse_is_named(fields, words):
     (16, 200, 1152, dict(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0, split_k=2,
                          l2_prefetch=20)),  # more blocks asked for than the CTA's share holds: clipped at its end
 ])
-def test_l2_prefetch_changes_no_answer_on_the_emulator(m, n, k, fields, rng):
+def test_l2_prefetch_changes_no_answer_on_the_emulator(m, n, k, fields, rng, monkeypatch):
     """l2_prefetch (a measured loss, kept so the measurement can be repeated: docs/benchmarks.md): the producer asks
-    L2 for B ahead of its loads; the answer is the same, and the emulator checks each prefetch names a tensor map."""
+    L2 for B ahead of its loads; the answer is the same, the emulator checks each prefetch names a tensor map, and
+    every K block a CTA asks for lies in its own share of the tile's K blocks (split K: rank r's [r Kb/S, ...))."""
+    from gemm.kernel.config import k_share
     from gemm.testing.emulated import run_gemm
+    from ptx.emulate import async_proxy
+    asked = []  # (cluster rank, K block) of every prefetch issued
+    original = async_proxy.AsyncProxy.bulk
+
+    def recording(self, parts, ops, mask, reduce=None):
+        if parts[3:4] == ["prefetch"]:
+            for t in np.flatnonzero(mask):
+                asked.append((self.cta.rank, self._box(ops[0], int(t))[1] // 128))
+        return original(self, parts, ops, mask, reduce)
+    monkeypatch.setattr(async_proxy.AsyncProxy, "bulk", recording)
     config = KernelConfig(**fields)
     assert "cp.async.bulk.prefetch.tensor.2d.L2.global.tile" in generate(config, n, k)
     problem = small_integer_problem(m, n, k, rng)
     assert_exact(run_gemm(config, *problem, sm_count=3, seed=int(rng.integers(1000))), problem)
+    shares = {rank: k_share(rank, config.split_k, -(-k // 128)) for rank in range(config.split_k)}
+    assert asked and all(shares[rank][0] <= block < shares[rank][1] for rank, block in asked), sorted(set(asked))
 
 
 def test_l2_prefetch_misuse_is_named():

@@ -11,7 +11,7 @@ from gemm.heuristics import (BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES, DECODE_MAX_
                              FULLER_WAVE_BLOCK_N, H100,
                              SPLIT_K_MAX_M, SPLIT_K_MIN_K, TILE_OVERHEAD, DeviceFacts, _choose_config, choose_blocks,
                              choose_config, wave_cost)
-from gemm.kernel import SharedPlan
+from gemm.kernel import KernelConfig, SharedPlan
 
 
 def modelled(m, n, k, block_m, block_n, sms):
@@ -55,7 +55,7 @@ def test_a_partial_wave_of_128_wide_tiles_gives_way_to_112_wide_ones_where_measu
 @pytest.mark.parametrize("m, n, k, out_dtype, paired", [
     (1, 7168, 2048, "bf16", True), (16, 2112, 7168, "bf16", True), (64, 7168, 16384, "bf16", True),
     (256, 7168, 2048, "bf16", True),  # 128 x 112: two warpgroups, one wave each
-    (1, 24576, 1536, "bf16", False),  # 64 x 192: a third set of 96 accumulators does not fit the registers
+    (1, 24576, 1536, "bf16", False),  # 64 x 192: wider than measured (and a third set of 96 would not fit)
     (4096, 4096, 7168, "bf16", False),  # 256 x 128, persistent: not measured with it
     (128, 32768, 512, "bf16", False),  # persistent
     (64, 7168, 2048, "f32", False),  # measured with a BF16 D only
@@ -64,8 +64,28 @@ def test_one_wave_decode_tiles_keep_two_k_blocks_in_flight(m, n, k, out_dtype, p
     config = choose_config(m, n, k, H100, out_dtype=out_dtype, accumulate=out_dtype == "f32")
     assert (config.accumulators == 2) == paired, config.describe()
     if paired:
-        assert config.math_registers_needed <= 200 and not config.persistent and config.block_m <= 128
+        assert not config.persistent and config.block_m <= 128 and config.block_n <= 112
         SharedPlan(config, n, k).check()
+
+
+def test_the_pair_rule_refuses_what_was_not_measured_or_does_not_fit():
+    from gemm.heuristics import paired_k_blocks
+    one_wave = KernelConfig(block_m=64, block_n=64, stages=4, persistent=False, raster_group=0)
+    assert paired_k_blocks(one_wave)
+    for fields in (dict(block_n=128), dict(persistent=True, raster_group=8), dict(epilogue="staged"),
+                   dict(out_dtype="f32"), dict(block_m=256), dict(b_scales="1x128")):
+        assert not paired_k_blocks(one_wave.replace(**fields)), fields
+
+
+def test_a_config_override_keeps_production_rule_for_the_accumulator_sets():
+    """``python -m gemm bench configs`` / ``gemm sanitize`` overrides: the sets follow the overridden tile and D (an
+    FP32 override is production's FP32 config, one set), unless ``accumulators`` is itself overridden."""
+    from gemm.testing.bench_configs import parse_config
+    assert parse_config("production", 1, 7168, 2048).accumulators == 2
+    assert parse_config("production:out_dtype='f32',accumulate=True", 300, 2112, 512).accumulators == 1
+    assert parse_config("production:block_n=192", 1, 7168, 2048).accumulators == 1
+    assert parse_config("production:accumulators=1", 1, 7168, 2048).accumulators == 1
+    assert parse_config("production:block_n=32", 1, 7168, 2048).accumulators == 2
 
 
 def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():

@@ -55,7 +55,7 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   the tensor cores' latency overlaps the promotion, the release and the next barrier wait. Where the K loop's round
   trip, not the operand feed, sets the pace (decode: a tile's K blocks follow each other, each K block's bytes
   arrive in a fraction of the round trip), that takes the wgmma latency off the chain. One 64-row wave per
-  warpgroup (block_m <= 128); block_n / 2 more registers per thread. Measured +1-5% at decode (docs/benchmarks.md,
+  warpgroup (block_m <= 128); block_n / 2 more registers per thread. Measured +0.4-4.7% at decode (docs/benchmarks.md,
   "Two K blocks in flight").
 * ``l2_prefetch``: P > 0 has the producer ask L2 for the tile's B P K blocks ahead of its loads
   (``cp.async.bulk.prefetch.tensor``): the first P before its first load, then block k + P with block k. A measured
@@ -112,7 +112,8 @@ class KernelConfig:
     # uniform datapath; False: computed from %tid per thread (the ablation, docs/benchmarks.md)
     uniform_offsets: bool = True
     # the math warps test the next stage's full barrier (mbarrier.test_wait) right after releasing this one, before
-    # the promotion FFMAs, and skip the blocking wait when it has already completed; False: they poll after
+    # the promotion FFMAs, and skip the blocking wait when it has already completed; False: they poll after. With
+    # accumulators=2 the next stage is waited for before the promotion anyway, and this field changes nothing
     early_poll: bool = True
     # wgmma accumulator sets per math warpgroup: 2 issues K block k+1's wgmmas before K block k's promotion, so two
     # K blocks are in flight (see the module docstring)
@@ -158,7 +159,8 @@ class KernelConfig:
             waves = self.block_m // (64 * self.math_warpgroups)
             scales = f" + {self.block_n // 4} B scales" if self.b_scales == "1x128" else ""
             raise ValueError(f"{self.block_m} x {self.block_n} tiles with {self.b_scales} B scales need "
-                             f"{waves} x {self.block_n // 2} totals + {self.block_n // 2} accumulators{scales} "
+                             f"{waves} x {self.block_n // 2} totals + {self.accumulators} x {self.block_n // 2} "
+                             f"accumulators{scales} "
                              f"= {self.math_registers_needed} registers per thread: more than the "
                              f"{MATH_REGISTER_BUDGET} a math thread can hold beside its addresses")
         if self.raster_group < 0:

@@ -325,11 +325,7 @@ class _Kernel:
             e(f"setp.ne.u32 {full_known}, {kb}, {kb};")
         b.place(top)
         if self.config.b_scales == "128x128":
-            sb_address = r("u32")
-            e(f"mad.lo.u32 {sb_address}, {kb}, 4, {sb_tile};")
-            sb_values = tuple(r("f32", "sb") for _ in range(p.sb_rows))
-            for row, value in enumerate(sb_values):  # row 1 (the next scale block) sits kb floats further
-                e(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];")
+            sb_values = self.read_b_scales(sb_tile, kb)
         slot = self.ring.stage(c_stage)
         if early:
             known = b.label("full_known")
@@ -374,20 +370,17 @@ class _Kernel:
 
         def issue(into: int, k_block: str) -> None:
             e(f"mov.u32 {held_stage[into]}, {c_stage};")
-            sb_address = r("u32")
-            e(f"mad.lo.u32 {sb_address}, {k_block}, 4, {sb_tile};",
-              *(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];"  # row 1: the next scale block
-                for row, value in enumerate(b_scales[into])))
+            self.read_b_scales(sb_tile, k_block, b_scales[into])
             slot = self.ring.stage(c_stage)
             self.ring.wait(slot.full, c_parity, "wait_full")
-            math.issue(slot.a_tile, slot.b_tile, slot.sa_tile, sets[into], row_scales[into])
+            math.issue_k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sets[into], row_scales[into])
             self.ring.advance(c_stage, c_parity)
 
         def finish(held: int, pending: int) -> None:
-            e(w.wgmma_wait_group(pending))
+            e(w.wgmma_wait_group(pending))  # the slot's address is recomputed (ptxas keeps only the empty barrier's)
             self.release(math, self.ring.stage(held_stage[held]).empty, self.release_target)()
             scales = b_scales[held] if former is not None else b_scales[held][0]
-            math.promote(sets[held], row_scales[held], scales, former)
+            math.promote_k_block(sets[held], row_scales[held], scales, former)
 
         kb, following, last = r("u32", "kb"), r("u32", "kb_next"), r("pred")
         top, done = b.label("k_pair"), b.label("k_loop_end")
@@ -408,6 +401,17 @@ class _Kernel:
             if held == 0:
                 e(f"bra {done};")
         b.place(done)
+
+    def read_b_scales(self, sb_tile: str, k_block: str, values: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """K block ``k_block``'s B scales of the tile, from the tile's copy in shared memory (:meth:`load_b_scales`)
+        into ``values`` (fresh registers if None): one, or two where the tile spans two 128-wide scale blocks."""
+        e, r, p = self.b.emit, self.b.reg, self.plan
+        sb_address = r("u32")
+        e(f"mad.lo.u32 {sb_address}, {k_block}, 4, {sb_tile};")
+        values = values or tuple(r("f32", "sb") for _ in range(p.sb_rows))
+        for row, value in enumerate(values):  # row 1 (the next scale block) sits kb floats further
+            e(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];")
+        return values
 
     def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str, group: str | None = None) -> None:
         """The tile's K/128 B scales into shared memory, once per tile (every thread of the tile reads each one).

@@ -16,8 +16,8 @@ schedules the tiles; what the math warpgroups do with a tile is the same, so it 
   ``ld.shared.v2.f32`` while the tensor cores run, and the promotion becomes ``total += partial * (sA[row] *
   sB[column])``: one FMUL and one FFMA per accumulator. They are read into registers before the release, since the
   producer may overwrite the stage as soon as it is released.
-* **two K blocks in flight** (:meth:`MathWarpgroups.issue`, :meth:`MathWarpgroups.promote`, KernelConfig
-  .accumulators = 2): the same wgmmas and promotion split in two, so that the K loop
+* **two K blocks in flight** (:meth:`MathWarpgroups.issue_k_block` and ``promote_k_block``,
+  KernelConfig.accumulators = 2): the same wgmmas and promotion split in two, so that the K loop
   (:meth:`gemm.kernel.generator._Kernel.paired_k_loop`) can issue the next K block into :attr:`second_acc` before
   it waits for this one (``wait_group 1``); one-wave tiles only.
 * **the epilogue** (:meth:`MathWarpgroups.store`): the FP32 totals are rounded to BF16 pairs and written
@@ -206,19 +206,21 @@ class MathWarpgroups:
             self._promote(total, self.acc, sa_lo, sa_hi, sb_value, former_groups)
 
     # -- K blocks in flight two at a time (KernelConfig.accumulators == 2) ----------------------------------
-    def issue(self, a_tile: str, b_tile: str, sa_tile: str, acc: list[str], row_scales: tuple[str, str]) -> None:
+    def issue_k_block(self, a_tile: str, b_tile: str, sa_tile: str, acc: list[str],
+                      row_scales: tuple[str, str]) -> None:
         """One K block's four wgmmas into ``acc`` (this or :attr:`second_acc`), committed as one group, the thread's
-        two A scales loaded into ``row_scales`` for :meth:`promote`; one-wave tiles only. The caller waits for the
-        group (``wgmma.wait_group 1`` while the next K block's group runs) and releases the stage."""
+        two A scales loaded into ``row_scales`` for :meth:`promote_k_block`; one-wave tiles only. The caller waits
+        for the group (``wgmma.wait_group 1`` while the next K block's group runs) and releases the stage."""
         if self.waves != 1:
             raise ValueError(f"{self.block_m}-row tiles give each warpgroup {self.waves} waves: one accumulator set "
                              "per K block in flight needs one wave")
         scratch, b_desc = self._b_descriptor(b_tile)
         self._issue_wave(0, a_tile, b_desc, scratch, sa_tile, acc, row_scales)
 
-    def promote(self, acc: list[str], row_scales: tuple[str, str], sb_value: str | tuple[str, str],
-                former_groups: int | None = None) -> None:
-        """totals += ``acc`` * (sA * sB) for a K block whose group :meth:`issue` committed and the caller waited for."""
+    def promote_k_block(self, acc: list[str], row_scales: tuple[str, str], sb_value: str | tuple[str, str],
+                        former_groups: int | None = None) -> None:
+        """totals += ``acc`` * (sA * sB) for a K block whose group :meth:`issue_k_block` committed and the caller
+        waited for."""
         self._promote(self.totals[0], acc, *row_scales, sb_value, former_groups)
 
     def _b_descriptor(self, b_tile: str) -> tuple[str, str]:

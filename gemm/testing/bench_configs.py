@@ -47,7 +47,7 @@ def _overrides(text: str) -> dict:
 
 def parse_config(text: str, m: int, n: int, k: int):
     """A config name (module docstring) -> the KernelConfig at (M, N, K); ValueError when it cannot apply there."""
-    from gemm.heuristics import choose_config
+    from gemm.heuristics import choose_config, paired_k_blocks
     from gemm.kernel.config import max_stages
     base, _, overrides = text.partition(":")
     if base != "production":
@@ -55,7 +55,12 @@ def parse_config(text: str, m: int, n: int, k: int):
                          "(a ladder stage's config: python -m lessons ablate)")
     config = choose_config(m, n, k)
     changes = _overrides(overrides)
-    changed = config.replace(**changes)
+    if "accumulators" in changes:
+        changed = config.replace(**changes)
+    else:  # the accumulator sets follow the overridden tile and D as production's rule would set them
+        changed = config.replace(accumulators=1, **changes)
+        if paired_k_blocks(changed):
+            changed = changed.replace(accumulators=2)
     if "stages" not in changes:  # a wider tile may not fit the old stage count
         changed = changed.replace(stages=min(config.stages, max_stages(changed, n, k)))
     return changed
