@@ -330,9 +330,11 @@ def test_replay_keeps_every_dependency(ring):
 def test_trace_restores_the_emulator():
     from ptx.emulate.warpgroup import Warpgroup
     before = {n: getattr(Warpgroup, n) for n in ("advance", "mbarrier", "bulk", "wgmma")}
+    own = set(Warpgroup.__dict__)
     with figures.trace_barriers():
         pass
     assert {n: getattr(Warpgroup, n) for n in before} == before
+    assert set(Warpgroup.__dict__) == own  # bulk, inherited from AsyncProxy, is not left set on Warpgroup itself
 
 
 # ------------------------------------------------------------------------------ stages 08-09: schedules

@@ -592,16 +592,16 @@ def test_l2_prefetch_changes_no_answer_on_the_emulator(m, n, k, fields, rng, mon
     every K block a CTA asks for lies in its own share of the tile's K blocks (split K: rank r's [r Kb/S, ...))."""
     from gemm.kernel.config import k_share
     from gemm.testing.emulated import run_gemm
-    from ptx.emulate import async_proxy
+    from ptx.emulate.warpgroup import Warpgroup
     asked = []  # (cluster rank, K block) of every prefetch issued
-    original = async_proxy.AsyncProxy.bulk
+    original = Warpgroup.bulk
 
     def recording(self, parts, ops, mask, reduce=None):
         if parts[3:4] == ["prefetch"]:
             for t in np.flatnonzero(mask):
                 asked.append((self.cta.rank, self._box(ops[0], int(t))[1] // 128))
         return original(self, parts, ops, mask, reduce)
-    monkeypatch.setattr(async_proxy.AsyncProxy, "bulk", recording)
+    monkeypatch.setattr(Warpgroup, "bulk", recording)
     config = KernelConfig(**fields)
     assert "cp.async.bulk.prefetch.tensor.2d.L2.global.tile" in generate(config, n, k)
     problem = small_integer_problem(m, n, k, rng)

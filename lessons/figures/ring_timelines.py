@@ -36,7 +36,9 @@ def trace_barriers():
     ``with`` (a list of :class:`Event`): wraps :class:`ptx.emulate.Warpgroup`'s methods, restored on exit."""
     from ptx.emulate.warpgroup import Warpgroup
     events: list[Event] = []
-    original = {name: getattr(Warpgroup, name) for name in ("advance", "mbarrier", "bulk", "wgmma")}
+    names = ("advance", "mbarrier", "bulk", "wgmma")
+    original = {name: getattr(Warpgroup, name) for name in names}
+    own_methods = {name: Warpgroup.__dict__[name] for name in names if name in Warpgroup.__dict__}
     local, entry = {}, {}  # per warpgroup: instructions before this turn, CTA step at the start of this turn
 
     def record(self, kind, address=None, parity=None, threads=0):
@@ -88,9 +90,12 @@ def trace_barriers():
     Warpgroup.advance, Warpgroup.mbarrier, Warpgroup.bulk, Warpgroup.wgmma = advance, mbarrier, bulk, wgmma
     try:
         yield events
-    finally:
-        for name, method in original.items():
-            setattr(Warpgroup, name, method)
+    finally:  # as it was: a method Warpgroup inherits (bulk, from AsyncProxy) must not stay set on it
+        for name in names:
+            if name in own_methods:
+                setattr(Warpgroup, name, own_methods[name])
+            else:
+                delattr(Warpgroup, name)
 
 
 @dataclass(frozen=True)
