@@ -144,9 +144,11 @@ def time_in_graph(m: int, n: int, k: int, flush: str = "memset") -> int:
     "memset" or "clean", as ``bench --flush``): ncu's target when the kernel is to be profiled where the timer runs
     it, right after a flush inside the graph (``ncu --graph-profiling node --cache-control none``; DeepGEMM's side:
     ``deepgemm_peer graph``)."""
-    from gemm.testing.l2_flush import FLUSHES
-    if flush not in FLUSHES:
-        print(f"sanitize --graph M N K [FLUSH]: FLUSH is one of {FLUSHES}, got {flush!r}", file=sys.stderr)
+    from gemm.testing.timer import check_flush
+    try:  # before the GPU check, so a wrong name is said on any machine
+        check_flush(flush)
+    except ValueError as error:
+        print(f"sanitize --graph M N K [FLUSH]: {error}", file=sys.stderr)
         return 2
     from ptx.device import is_hopper
     if not is_hopper():
