@@ -61,6 +61,14 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   (``cp.async.bulk.prefetch.tensor``): the first P before its first load, then block k + P with block k. A measured
   loss at every decode shape and P tried (docs/benchmarks.md, "B asked of L2 ahead of the ring"); production never
   sets it, and it stays so that the measurement can be repeated.
+* ``swap_ab``: the weight as wgmma's 64-row side (decode, DeepGEMM's swap-AB): the math warpgroups multiply B's
+  rows (64 per warpgroup, BLOCK_N = 64 or 128) by the tile's BLOCK_M rows of A as wgmma's N (8, 16, 32 or 64), so a
+  tile of a few tokens no longer pads its activations to 64 rows of wgmma work and 64 rows of shared memory per
+  stage. The producer loads exactly what it loads unswapped (A, sa and B boxes; B's scales once per tile); only the
+  operands' roles in the wgmma change. The accumulators hold D transposed (weight rows x tokens): the promotion
+  multiplies each by the weight block's scale times its column's (token's) scale, read from the stage's sa like
+  wgrad's column scales, and the TMA epilogue writes them back transposed with ``stmatrix .trans`` into the usual
+  D tile, so D, its tensor map and its TMA stores are unchanged.
 """
 from __future__ import annotations
 
@@ -87,6 +95,7 @@ CONTIGUOUS_ALIGNMENT = 128  # rows: every group of an m-grouped contiguous A sta
 # FP32 registers a math thread may spend on totals, accumulators and column scales: 256x128 forward tiles (192)
 # fit under setmaxnreg 232 with their addresses; 256x144 (216) did not
 MATH_REGISTER_BUDGET = 200
+SWAP_AB_BLOCK_M = (8, 16, 32, 64)  # wgmma's N when A's rows are: a power of two (the scheduler's shifts)
 
 
 @dataclass(frozen=True)
@@ -120,9 +129,13 @@ class KernelConfig:
     accumulators: int = 1
     # K blocks of B the producer asks L2 for ahead of its loads (cp.async.bulk.prefetch.tensor); 0: none
     l2_prefetch: int = 0
+    # B's rows as wgmma's 64-row side and A's BLOCK_M rows as its N (see the module docstring)
+    swap_ab: bool = False
 
     def __post_init__(self):
-        if self.block_m not in (64, 128, 256):
+        if self.swap_ab:
+            self._check_swap_ab()
+        elif self.block_m not in (64, 128, 256):
             raise ValueError(f"block_m must be 64 (one math warpgroup), 128 (two) or 256 (two, two waves each), "
                              f"got {self.block_m}")
         if self.block_n % 8 or not 8 <= self.block_n <= 256:
@@ -230,6 +243,23 @@ class KernelConfig:
             raise ValueError("gemm_type='masked' walks the groups' tiles in a persistent loop (their count is only "
                              "known on the device): it needs persistent=True")
 
+    def _check_swap_ab(self) -> None:
+        if self.block_m not in SWAP_AB_BLOCK_M or self.block_n not in (64, 128):
+            raise ValueError(f"swap_ab: block_m is wgmma's N, one of {SWAP_AB_BLOCK_M} (a power of two, the tile "
+                             f"scheduler divides by shifts), and block_n the weight rows, 64 or 128 (one or two math "
+                             f"warpgroups of 64); got {self.block_m}x{self.block_n}")
+        if (self.producer != "warpgroup" or self.grouped or self.b_scales != "128x128" or self.multicast != 1
+                or self.epilogue != "tma" or self.out_dtype != "bf16" or self.accumulate
+                or self.d_buffer is not None or self.accumulators != 1 or self.l2_prefetch):
+            raise ValueError("swap_ab is the dense decode kernel: it needs producer='warpgroup', gemm_type='normal', "
+                             "b_scales='128x128', multicast=1, a BF16 D through the TMA epilogue (epilogue='tma', "
+                             "no accumulate, no d_buffer), accumulators=1 and l2_prefetch=0")
+
+    @property
+    def wgmma_n(self) -> int:
+        """wgmma's N: the tile's columns, or with swap_ab its rows of A."""
+        return self.block_m if self.swap_ab else self.block_n
+
     @property
     def cluster_size(self) -> int:
         """CTAs per thread-block cluster: the multicast pair or the split-K group (1: no cluster)."""
@@ -248,6 +278,8 @@ class KernelConfig:
     def math_registers_needed(self) -> int:
         """Per-thread FP32 registers of the math loop: the totals of every wave, the wgmma accumulator sets and,
         with 1x128 B scales, the thread's BLOCK_N/4 column scales."""
+        if self.swap_ab:  # one wave; the column scales are the tile's BLOCK_M token scales
+            return (1 + self.accumulators) * self.block_m // 2 + self.block_m // 4
         waves = self.block_m // (64 * self.math_warpgroups)
         return ((waves + self.accumulators) * self.block_n // 2
                 + (self.block_n // 4 if self.b_scales == "1x128" else 0))
@@ -262,7 +294,7 @@ class KernelConfig:
 
     @property
     def math_warpgroups(self) -> int:
-        return min(self.block_m // 64, 2)
+        return self.block_n // 64 if self.swap_ab else min(self.block_m // 64, 2)
 
     @property
     def math_threads(self) -> int:
@@ -316,6 +348,8 @@ class KernelConfig:
             fields.append("full barrier polled after the promotion")
         if self.accumulators == 2:
             fields.append("two K blocks in flight")
+        if self.swap_ab:
+            fields.append("swap AB (B rows as wgmma M)")
         if self.l2_prefetch:
             fields.append(f"B prefetched {self.l2_prefetch} K blocks ahead into L2")
         if self.grouped:
@@ -357,6 +391,12 @@ class SharedPlan:
         return 4 * self.config.block_m
 
     @property
+    def sa_tile_pitch(self) -> int:
+        """Stage-to-stage distance of the A-scale tiles: a TMA destination is 128-byte aligned (BLOCK_M >= 32
+        keeps them back to back; swap_ab's 8 and 16 rows pad)."""
+        return -(-self.sa_tile // 128) * 128
+
+    @property
     def sb_tile(self) -> int:
         """Bytes of a stage's B scales (1x128: BLOCK_N floats; 128x128: none, they are read once per tile)."""
         return 4 * self.config.block_n if self.config.b_scales == "1x128" else 0
@@ -391,7 +431,7 @@ class SharedPlan:
     @property
     def sb_stage_region(self) -> int:
         """The stages' B-scale tiles (1x128 only; empty otherwise), 128-byte aligned."""
-        return -(-(self.sa_region + self.config.stages * self.sa_tile) // 128) * 128
+        return -(-(self.sa_region + self.config.stages * self.sa_tile_pitch) // 128) * 128
 
     @property
     def d_region(self) -> int:

@@ -77,6 +77,9 @@ class TmaEpilogue:
         if c.out_dtype == "f32":
             self._setup_f32()
             return
+        if c.swap_ab:
+            self._setup_transposed()
+            return
         # this lane's stmatrix row (matrix q = lane / 8 holds rows 8(q % 2).. of column group j + q / 2)
         q, row = r("u32"), r("u32", "drow")
         e(f"shr.u32 {q}, {math.lane}, 3;", f"and.b32 {row}, {q}, 1;", f"shl.b32 {row}, {row}, 3;",
@@ -108,6 +111,43 @@ class TmaEpilogue:
         within = r("u32")  # the lane's 8 bytes inside its 16-byte chunk
         e(f"and.b32 {within}, {math.lane}, 1;", f"shl.b32 {within}, {within}, 3;",
           f"add.u32 {self.row_address}, {self.row_address}, {within};")
+
+    def _setup_transposed(self) -> None:
+        """swap_ab: the totals are D transposed (the thread's rows are D's columns 16 warp + l/4, + 8; its columns
+        D's rows 8j + 2(l % 4), + 1), written back with ``stmatrix .trans``. Lane l names row l % 8 of matrix
+        q = l / 8, which .trans fills with that matrix's *column* l % 8: D row 8(j + q / 2) + l % 8 (j the pair's
+        first column group), its 8 consecutive D columns 16 (warp % 4) + 8 (q % 2).. of atom warp / 4, one 16-byte
+        chunk, XOR-swizzled by the D row (l % 8): the tile :func:`d_tile_offset` lays out, as unswapped."""
+        e, r, math, c = self.b.emit, self.b.reg, self.math, self.plan.config
+        q, low, row, chunk, atom = r("u32"), r("u32"), r("u32"), r("u32"), r("u32")
+        e(f"shr.u32 {q}, {math.lane}, 3;", f"and.b32 {low}, {math.lane}, 7;",
+          f"shr.u32 {row}, {q}, 1;", f"mad.lo.u32 {row}, {row}, 8, {low};",  # D row within the pair's 16
+          f"and.b32 {chunk}, {math.warp}, 3;", f"shl.b32 {chunk}, {chunk}, 1;",
+          f"and.b32 {atom}, {q}, 1;", f"add.u32 {chunk}, {chunk}, {atom};", f"xor.b32 {chunk}, {chunk}, {low};",
+          f"shr.u32 {atom}, {math.warp}, 2;")
+        self.row_address = r("u32", "drow_addr")
+        e(f"mul.lo.u32 {self.row_address}, {atom}, {c.block_m * self.row_bytes};",
+          f"mad.lo.u32 {self.row_address}, {row}, {self.row_bytes}, {self.row_address};",
+          f"mad.lo.u32 {self.row_address}, {chunk}, 16, {self.row_address};",
+          f"add.u32 {self.row_address}, {self.row_address}, {self.tile};")
+
+    def _write_transposed(self, total: list[str]) -> None:
+        """swap_ab: the thread's totals into the D tile, BF16, by ``stmatrix .trans``: four matrices (two column
+        groups of the accumulators, both row halves) per instruction, two for a last odd group."""
+        b, e = self.b, self.b.emit
+        groups = len(total) // 4
+        for g in range(0, groups, 2):
+            regs = []
+            for group in range(g, min(g + 2, groups)):
+                for half in range(2):
+                    packed = b.reg("b32")
+                    e(core.cvt_f32x2_to_bf16x2(packed, total[4 * group + 2 * half + 1], total[4 * group + 2 * half]))
+                    regs.append(packed)
+            address = self.row_address
+            if g:  # the pair's D rows start 8 g further down
+                address = b.reg("u32")
+                e(f"add.u32 {address}, {self.row_address}, {8 * g * self.row_bytes};")
+            e(w.stmatrix(regs, address, transpose=True))
 
     def _address_f32(self, group: int, wave: int, half: int) -> str:
         """Shared address of this lane's two FP32 totals of 8-column group ``group``, rows +8 for ``half``."""
@@ -247,6 +287,9 @@ class TmaEpilogue:
         pairs of groups) or st.shared (FP32)."""
         if self.plan.config.out_dtype == "f32":
             self._write_f32(waves, groups)
+            return
+        if self.plan.config.swap_ab:  # one wave, one pass: the whole tile
+            self._write_transposed(waves[0][1])
             return
         b, e = self.b, self.b.emit
         for wave, total in waves:

@@ -193,7 +193,8 @@ class _Kernel:
         b, e, r, p, c = self.b, self.b.emit, self.b.reg, self.plan, self.config
         if c.registers:
             e(w.setmaxnreg(c.registers[1], increase=True))
-        math = MathWarpgroups(b, c.block_m, c.block_n, self.tid, self.seams, c.uniform_offsets, c.accumulators)
+        math = MathWarpgroups(b, c.block_m, c.block_n, self.tid, self.seams, c.uniform_offsets, c.accumulators,
+                              c.swap_ab)
         epilogue = self.epilogue(math)
         sb_tile = r("u32", "sb_tile")
         e(f"add.u32 {sb_tile}, {self.smem}, {p.sb_region};")

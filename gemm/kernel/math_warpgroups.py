@@ -20,6 +20,10 @@ schedules the tiles; what the math warpgroups do with a tile is the same, so it 
   KernelConfig.accumulators = 2): the same wgmmas and promotion split in two, so that the K loop
   (:meth:`gemm.kernel.generator._Kernel.paired_k_loop`) can issue the next K block into :attr:`second_acc` before
   it waits for this one (``wait_group 1``); one-wave tiles only.
+* **swap AB** (KernelConfig.swap_ab, :meth:`MathWarpgroups._swapped_k_block`): the B tile's rows are wgmma's 64-row
+  side (warpgroup g: B rows 64g..) and the tile's BLOCK_M rows of A its N, so the accumulators hold D transposed;
+  every accumulator row shares the weight block's scale, every column has its token's A scale (read from the
+  stage as wgrad's column scales are), and the TMA epilogue stores them back transposed (``stmatrix .trans``).
 * **the epilogue** (:meth:`MathWarpgroups.store`): the FP32 totals are rounded to BF16 pairs and written
   into a shared staging tile in the fragment layout (rows padded by 16 bytes so a warp's 32 stores hit 32
   different banks), then each warp copies its own 16 rows out with row-contiguous (coalesced) 16-byte
@@ -112,14 +116,18 @@ class MathWarpgroups:
     K loop that keeps two K blocks in flight, KernelConfig.accumulators)."""
 
     def __init__(self, b: KernelBuilder, block_m: int, block_n: int, tid: str, seams: Seams = NO_SEAMS,
-                 uniform_offset: bool = False, accumulators: int = 1):
-        if block_m % WARPGROUP_ROWS or block_n % 8 or not 8 <= block_n <= 256:
-            raise ValueError(f"block {block_m}x{block_n}: M must be a multiple of 64, N of 8 up to 256")
+                 uniform_offset: bool = False, accumulators: int = 1, swap_ab: bool = False):
+        rows, columns = (block_n, block_m) if swap_ab else (block_m, block_n)  # wgmma's M side and its N
+        if rows % WARPGROUP_ROWS or columns % 8 or not 8 <= columns <= 256:
+            raise ValueError(f"block {block_m}x{block_n}{' (swap_ab)' if swap_ab else ''}: wgmma's M side must be a "
+                             "multiple of 64, its N a multiple of 8 up to 256")
         self.b, self.block_m, self.block_n, self.tid, self.seams = b, block_m, block_n, tid, seams
+        self.swap_ab, self.columns = swap_ab, columns
         # at most two math warpgroups; a taller block gives each of them several 64-row *waves* (DeepGEMM's
-        # 256-row block: warpgroup g owns rows 64g + 128w), which share the B tile and its scale
-        self.warpgroups = math_warpgroup_count(block_m)
-        self.waves = block_m // (WARPGROUP_ROWS * self.warpgroups)
+        # 256-row block: warpgroup g owns rows 64g + 128w), which share the B tile and its scale. swap_ab: warpgroup
+        # g owns B's rows 64g.. of the tile, in one wave
+        self.warpgroups = math_warpgroup_count(rows)
+        self.waves = rows // (WARPGROUP_ROWS * self.warpgroups)
         self.wave_rows = WARPGROUP_ROWS * self.warpgroups
         self.threads = 128 * self.warpgroups
         e, r = b.emit, b.reg
@@ -135,9 +143,9 @@ class MathWarpgroups:
         values = {"lane": self.lane, "warp": self.warp, "fragment_row": self.row, "warpgroup_offset": self.wg_a_offset}
         for name in self.warp_uniform_values(uniform_offset):
             e(core.warp_broadcast(values[name], values[name]))
-        self.acc = b.regs("f32", block_n // 2, "acc")
-        self.second_acc = b.regs("f32", block_n // 2, "acc") if accumulators == 2 else None
-        self.totals = [b.regs("f32", block_n // 2, "tot") for _ in range(self.waves)]
+        self.acc = b.regs("f32", columns // 2, "acc")
+        self.second_acc = b.regs("f32", columns // 2, "acc") if accumulators == 2 else None
+        self.totals = [b.regs("f32", columns // 2, "tot") for _ in range(self.waves)]
         self.zero_totals()
         # scale-d of wgmma is a predicate: false = overwrite (a fresh partial sum), true = accumulate
         self.fresh, self.accumulate = r("pred", "p_fresh"), r("pred", "p_acc")
@@ -186,7 +194,10 @@ class MathWarpgroups:
 
         ``sb_value`` is the tile's B scale for this K block, or a pair when the tile spans two 128-wide B-scale
         blocks: its first ``former_groups`` 8-column groups take the first (a compile-time split); or, 1x128,
-        the stage's :class:`ColumnScales`."""
+        the stage's :class:`ColumnScales`. With ``swap_ab`` the roles of the tiles in the wgmma swap
+        (:meth:`_swapped_k_block`)."""
+        if self.swap_ab:
+            return self._swapped_k_block(a_tile, b_tile, sa_tile, sb_value, release)
         e = self.b.emit
         scratch, b_desc = self._b_descriptor(b_tile)
         column_scales = None
@@ -243,6 +254,12 @@ class MathWarpgroups:
         e(f"shl.b32 {sa_addr}, {self.row}, 2;", f"add.u32 {sa_addr}, {sa_addr}, {sa_tile};",
           f"ld.shared.f32 {sa_lo}, [{sa_addr}+{4 * self.wave_row(wave)}];",
           f"ld.shared.f32 {sa_hi}, [{sa_addr}+{4 * self.wave_row(wave) + 32}];")
+        self._issue_wgmmas(acc, a_desc, b_desc)
+        return sa_lo, sa_hi
+
+    def _issue_wgmmas(self, acc: list[str], a_desc: str, b_desc: str) -> None:
+        """One K block's four wgmmas (k32 steps) into ``acc``, the first overwriting it, committed as one group."""
+        e, r = self.b.emit, self.b.reg
         e(w.wgmma_fence())  # the accumulators were last touched by the FFMAs of the previous wave or block
         for step in range(K_STEPS):
             a_k, b_k = a_desc, b_desc
@@ -252,7 +269,32 @@ class MathWarpgroups:
                 e(f"add.s64 {a_k}, {a_desc}, {advance};", f"add.s64 {b_k}, {b_desc}, {advance};")
             e(w.wgmma_e4m3(acc, a_k, b_k, self.fresh if step == 0 else self.accumulate))
         e(w.wgmma_commit_group())
-        return sa_lo, sa_hi
+
+    # -- swap AB: B's rows as wgmma's M, A's rows as its N (KernelConfig.swap_ab) -------------------------
+    def _swapped_k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str,
+                         release: Callable[[], None] | None) -> None:
+        """Warpgroup g's 64 rows of the B tile (wgmma's A) times the tile's BLOCK_M rows of A (wgmma's B, N =
+        BLOCK_M): the accumulators hold D transposed, row = B row (l/4, l/4 + 8 of the warp's 16), column = A row
+        (8j + 2(l % 4), +1). Every row shares the weight block's scale ``sb_value``; every column has its own A
+        scale, the stage's ``sa`` entry of that row of A, read as wgrad reads its column scales. So the promotion
+        is ``total += partial * (sb * sa[column])``, the product formed once per column pair of the thread."""
+        e, r = self.b.emit, self.b.reg
+        scratch, tokens_desc = self._b_descriptor(a_tile)
+        weight, weight_desc = r("u32"), r("u64", "adesc")
+        e(f"add.u32 {weight}, {b_tile}, {self.wg_a_offset};",
+          w.wgmma_descriptor(weight_desc, weight, scratch, self.constant_desc))
+        self._issue_wgmmas(self.acc, weight_desc, tokens_desc)
+        column_scales = self._load_column_scales(sa_tile)  # while the tensor cores run; before the release
+        e(w.wgmma_wait_group(0))
+        if release is not None:
+            release()
+        scales = []
+        for column_scale in column_scales:
+            scale = r("f32", "scale")
+            e(f"mul.f32 {scale}, {sb_value}, {column_scale};")
+            scales.append(scale)
+        for i, (running, partial) in enumerate(zip(self.totals[0], self.acc)):
+            e(core.promote(running, partial, scales[2 * (i // 4) + i % 2]))
 
     def _promote(self, total: list[str], acc: list[str], sa_lo: str, sa_hi: str, sb_value: str | tuple[str, str],
                  former_groups: int | None) -> None:
@@ -275,7 +317,7 @@ class MathWarpgroups:
         lane_pair, address = r("u32"), r("u32", "sb_cols")
         e(f"and.b32 {lane_pair}, {self.lane}, 3;", f"mad.lo.u32 {address}, {lane_pair}, 8, {tile};")
         scales = []
-        for group in range(self.block_n // 8):
+        for group in range(self.columns // 8):
             pair = [r("f32", "sbc"), r("f32", "sbc")]
             e(f"ld.shared.v2.f32 {{{pair[0]}, {pair[1]}}}, [{address}+{32 * group}];")
             scales += pair

@@ -55,7 +55,7 @@ class Ring:
         b, p = self.b, self.plan
         names = ["a_tile", "b_tile", "sa_tile", "full", "empty"]
         regions = [0, p.b_region, p.sa_region, p.full_region, p.empty_region]
-        sizes = [p.a_tile, p.b_tile, p.sa_tile, 8, 8]
+        sizes = [p.a_tile, p.b_tile, p.sa_tile_pitch, 8, 8]
         if p.sb_tile:
             names.append("sb_tile"), regions.append(p.sb_stage_region), sizes.append(p.sb_tile_pitch)
         out = []

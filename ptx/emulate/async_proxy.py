@@ -25,7 +25,7 @@ import numpy as np
 from . import bulk_copies
 from .common import E4M3, EmulationError, _vector, split_shared
 from .matrix import warps as _collective_warps
-from .matrix import wgmma_accumulate
+from .matrix import stmatrix_targets, wgmma_accumulate
 
 MAX_THREADS = 1024  # per CTA: a generic-proxy writer is identified as rank * MAX_THREADS + thread
 SWIZZLE_BYTES = {1: 128, 2: 64, 3: 32}  # wgmma descriptor layout type (bits 62-63) -> swizzle span; 0: none
@@ -39,14 +39,15 @@ class AsyncProxy:
         cta.generic_writer[offsets] = writers.reshape(-1, *([1] * (offsets.ndim - 1)))
         cta.generic_line[offsets] = line
 
-    def _note_stmatrix(self, ops, mask):
-        """The bytes an stmatrix just wrote (matrix.stmatrix's addressing: lane L of a warp writes 4 bytes of
-        row L // 4 of matrix j, at the address lane 8j + L // 4 supplied, + 4 * (L % 4))."""
+    def _note_stmatrix(self, opcode, ops, mask):
+        """The bytes an stmatrix just wrote (matrix.stmatrix_targets: lane L of a warp writes two 16-bit halves of
+        matrix j, plain or .trans, at row addresses lanes 8j.. supplied)."""
         addresses, lane = self.address(ops[0]), np.arange(32)
         for warp in _collective_warps(mask, "stmatrix"):
             for j in range(len(_vector(ops[1]))):
-                starts = addresses[32 * warp + 8 * j + lane // 4] + 4 * (lane % 4)
-                self.note_generic_write(starts[:, None] + np.arange(4), self.tid[32 * warp + lane], self.line)
+                rows = addresses[32 * warp + 8 * j:32 * warp + 8 * j + 8]
+                for start, _ in stmatrix_targets(rows, ".trans" in opcode):
+                    self.note_generic_write(start[:, None] + np.arange(2), self.tid[32 * warp + lane], self.line)
 
     def proxy_fence(self, space: str, mask):
         """fence.proxy.async{.space}: the executing threads' generic-proxy writes to shared memory become

@@ -39,18 +39,29 @@ def ldmatrix(cta, ops, mask):  # PTX ISA "ldmatrix", .m8n8 .x1/.x2/.x4 .b16
 
 
 def stmatrix(cta, opcode, ops, mask):  # PTX ISA "stmatrix", .m8n8 .x1/.x2/.x4 .b16: ldmatrix reversed
-    if ".trans" in opcode:
-        raise EmulationError("stmatrix .trans is not modelled")
     sources = _vector(ops[1])
     addresses = cta.address(ops[0])
     for warp in warps(mask, "stmatrix"):
         for j, name in enumerate(sources):
-            rows = addresses[32 * warp + 8 * j + np.arange(32) // 4]
-            if (rows % 16).any():
-                raise EmulationError(f"stmatrix row addresses must be 16-byte aligned: {rows[rows % 16][:4]}")
-            starts = cta._shared(rows + 4 * (np.arange(32) % 4), 4)
+            row_addresses = addresses[32 * warp + 8 * j:32 * warp + 8 * j + 8]
+            if (row_addresses % 16).any():
+                raise EmulationError(f"stmatrix row addresses must be 16-byte aligned: "
+                                     f"{row_addresses[row_addresses % 16 != 0][:4]}")
             words = cta.value(name)[32 * warp:32 * warp + 32]
-            cta.smem[starts[:, None] + np.arange(4)] = _to_bytes(words, 4)
+            for start, halves in stmatrix_targets(row_addresses, ".trans" in opcode):
+                cta.smem[cta._shared(start, 2)[:, None] + np.arange(2)] = _to_bytes(words, 4).reshape(32, 2, 2)[:, halves]
+
+
+def stmatrix_targets(row_addresses, transpose: bool):
+    """Where one 8x8 matrix of an stmatrix goes: [(start, half)], the shared address per lane (32,) at which the
+    lane's 16-bit ``half`` (0: its column 2(L % 4), 1: the next) of (row L // 4) is stored. Plain: row L // 4's
+    address + 4 (L % 4) + 2 half. ``.trans`` (PTX ISA: the matrix is stored column-major): element (r, c) goes to
+    row c's address + 2 r."""
+    lane = np.arange(32)
+    row, column = lane // 4, 2 * (lane % 4)
+    if transpose:
+        return [(row_addresses[column + half] + 2 * row, half) for half in (0, 1)]
+    return [(row_addresses[row] + 2 * column + 2 * half, half) for half in (0, 1)]
 
 
 def mma_sync(cta, ops, mask):  # PTX ISA "Matrix Fragments for mma.m16n8k32", 8-bit A/B, f32 C/D

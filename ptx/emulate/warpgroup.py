@@ -152,7 +152,7 @@ class Warpgroup(AsyncProxy, CTA):
             self.proxy_fence(parts[3] if len(parts) > 3 else "", mask)
         elif head == "stmatrix":
             super().execute(opcode, ops, mask)
-            self._note_stmatrix(ops, mask)
+            self._note_stmatrix(opcode, ops, mask)
         elif head == "cp" and parts[1:4] == ["reduce", "async", "bulk"]:  # the reduce-add TMA store
             self.bulk([parts[0], *parts[2:]], ops, mask, reduce=parts[parts.index("global") + 2])
         elif head in ("fence", "prefetch"):

@@ -146,10 +146,13 @@ def setmaxnreg(count: int, increase: bool) -> str:
 # ISA "stmatrix" (.m8n8 .b16, sm_90): the warp stores 1, 2 or 4 8x8 matrices of 16-bit values; lane l gives the
 # address of row l % 8 of matrix l // 8 and register j holds (row l // 4, columns 2(l % 4), +1) of matrix j:
 # exactly the wgmma accumulator layout of 8 columns, so packed BF16 pairs go to shared memory in one instruction.
-def stmatrix(regs: list[str], address: str) -> str:
+# With .trans each matrix is stored transposed: the element a lane holds at (row r, column c) goes to row c's
+# address + 2 r, so an accumulator fragment of D^T lands in shared memory as D (swap AB's epilogue).
+def stmatrix(regs: list[str], address: str, transpose: bool = False) -> str:
     if len(regs) not in (1, 2, 4):
         raise ValueError(f"stmatrix stores 1, 2 or 4 matrices, got {len(regs)} registers")
-    return f"stmatrix.sync.aligned.m8n8.x{len(regs)}.shared.b16 [{address}], {{{', '.join(regs)}}};"
+    trans = ".trans" if transpose else ""
+    return f"stmatrix.sync.aligned.m8n8.x{len(regs)}{trans}.shared.b16 [{address}], {{{', '.join(regs)}}};"
 
 
 __all__ = [
