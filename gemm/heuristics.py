@@ -48,6 +48,7 @@ DECODE_MAX_M, DECODE_MIN_BLOCK_N = 32, 64
 SPLIT_K_MAX_M, SPLIT_K_MIN_K = 16, 4096
 FULLER_WAVE_BLOCK_N, FULLER_WAVE_MAX_K = 112, 10240  # see fuller_wave_block_n
 PAIRED_MAX_BLOCK_N = 112  # see paired_k_blocks
+SWAP_AB_MAX_M, SWAP_AB_BLOCK_N = 32, 64  # see swap_ab_config
 D_BUFFER_MIN_K = 10240  # from this K on, 256-row tiles store D in passes through a quarter buffer (_choose_config)  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
@@ -195,6 +196,26 @@ def paired_k_blocks(config: KernelConfig) -> bool:
     return True
 
 
+def swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
+    """Decode (M <= SWAP_AB_MAX_M) with a BF16 D through the TMA epilogue: B's rows as wgmma's 64-row side
+    (KernelConfig.swap_ab), tiles of the fewest power-of-two token rows >= M (at least 8) by 64 weight rows, K split
+    over two CTAs where the unswapped rule splits it. Measured against the unswapped decode kernel in one run on the
+    H100 (results/sweep_swap_ab_memset.json, _n24576.json; docs/benchmarks.md, "Swap AB"): +3 to +18% at all eleven
+    M <= 32 shapes (1 x 7168 x 2048 +18%, 16 x 2112 x 7168 +5%, 32 x 4096 x 7168 +1%); on an H200 a swapped 64 x 64
+    tile lost 26% to the unswapped 64 x 16 at 64 x 2112 x 7168 (results/sweep_swap_ab_h200_m64.json), hence the
+    bound. Weight tiles of 128 rows and more stages were no better."""
+    block_m = max(8, 1 << (m - 1).bit_length())
+    tile_count = ceil_div(n, SWAP_AB_BLOCK_N)
+    persistent = tile_count > device.sm_count
+    split_k = (widest_split(tile_count, ceil_div(k, 128), device.sm_count, largest=2)
+               if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K else 1)
+    config = KernelConfig(block_m=block_m, block_n=SWAP_AB_BLOCK_N, stages=2, producer="warpgroup",
+                          registers=REGISTERS, persistent=persistent,
+                          raster_group=raster_group(block_m, SWAP_AB_BLOCK_N, device.sm_count) if persistent else 0,
+                          pdl=not persistent, split_k=split_k, swap_ab=True)
+    return config.replace(stages=max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit))
+
+
 def post_passes() -> tuple[str, ...]:
     """Cubin passes for production kernels: none by default (the FFMA interleave measured no gain on the H100,
     results/ffma_pass.json); FP8LADDER_FFMA_INTERLEAVE=deepgemm|every_other turns one on (ptx.passes)."""
@@ -220,6 +241,11 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
                    accumulate: bool = False) -> KernelConfig:
     # FP32 D is stored by the TMA epilogue only (gemm.validate asks N % 4 == 0 for it)
     epilogue = "tma" if n % 8 == 0 or out_dtype == "f32" else "staged"
+    if m <= SWAP_AB_MAX_M and epilogue == "tma" and out_dtype == "bf16" and not accumulate:
+        config = swap_ab_config(m, n, k, device).replace(post_passes=passes)
+        if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
+            print(f"fp8_gemm_nt M={m} N={n} K={k}: {config.describe()}")
+        return config
 
     def fits(block_m: int, block_n: int) -> bool:  # at least 3 stages in this device's shared memory
         trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue, out_dtype=out_dtype)

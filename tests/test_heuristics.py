@@ -9,7 +9,7 @@ from gemm.testing.bench_dense import BENCH_SHAPES
 from gemm.fp8 import ceil_div
 from gemm.heuristics import (BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES, DECODE_MAX_M, DECODE_MIN_BLOCK_N,
                              FULLER_WAVE_BLOCK_N, H100,
-                             SPLIT_K_MAX_M, SPLIT_K_MIN_K, TILE_OVERHEAD, DeviceFacts, _choose_config, choose_blocks,
+                             SPLIT_K_MAX_M, SPLIT_K_MIN_K, SWAP_AB_MAX_M, TILE_OVERHEAD, DeviceFacts, _choose_config, choose_blocks,
                              choose_config, wave_cost)
 from gemm.kernel import KernelConfig, SharedPlan
 
@@ -26,6 +26,9 @@ def test_every_shape_gets_the_cheapest_valid_config_that_fits(m, n, k):
     plan.check()
     assert plan.shared_bytes <= H100.shared_limit and config.stages >= 3
     assert (config.epilogue == "tma") == (n % 8 == 0)
+    if config.swap_ab:  # decode: the measured rule, not the cost model (next tests)
+        assert m <= SWAP_AB_MAX_M
+        return
     narrowest = DECODE_MIN_BLOCK_N if m <= DECODE_MAX_M else 0  # decode: tiles at least 64 wide
     best = min(modelled(m, n, k, bm, bn, 132) for bm, bn in itertools.product(BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES)
                if not (bm > 64 and m <= 64 or bm > 128 and m <= 128 or bm == 256 and bn > 128
@@ -53,9 +56,10 @@ def test_a_partial_wave_of_128_wide_tiles_gives_way_to_112_wide_ones_where_measu
 
 
 @pytest.mark.parametrize("m, n, k, out_dtype, paired", [
-    (1, 7168, 2048, "bf16", True), (16, 2112, 7168, "bf16", True), (64, 7168, 16384, "bf16", True),
+    (64, 7168, 2048, "bf16", True), (33, 4096, 7168, "bf16", True), (64, 7168, 16384, "bf16", True),
+    (1, 7168, 2048, "bf16", False),  # M <= 32 swaps A and B (test_decode_swaps_ab_where_it_measured_faster)
     (256, 7168, 2048, "bf16", True),  # 128 x 112: two warpgroups, one wave each
-    (1, 24576, 1536, "bf16", False),  # 64 x 192: wider than measured (and a third set of 96 would not fit)
+    (64, 24576, 1536, "bf16", False),  # 64 x 192: wider than measured (and a third set of 96 would not fit)
     (4096, 4096, 7168, "bf16", False),  # 256 x 128, persistent: not measured with it
     (128, 32768, 512, "bf16", False),  # persistent
     (64, 7168, 2048, "f32", False),  # measured with a BF16 D only
@@ -81,11 +85,14 @@ def test_a_config_override_keeps_production_rule_for_the_accumulator_sets():
     """``python -m gemm bench configs`` / ``gemm sanitize`` overrides: the sets follow the overridden tile and D (an
     FP32 override is production's FP32 config, one set), unless ``accumulators`` is itself overridden."""
     from gemm.testing.bench_configs import parse_config
-    assert parse_config("production", 1, 7168, 2048).accumulators == 2
+    assert parse_config("production", 64, 7168, 2048).accumulators == 2
     assert parse_config("production:out_dtype='f32',accumulate=True", 300, 2112, 512).accumulators == 1
-    assert parse_config("production:block_n=192", 1, 7168, 2048).accumulators == 1
-    assert parse_config("production:accumulators=1", 1, 7168, 2048).accumulators == 1
-    assert parse_config("production:block_n=32", 1, 7168, 2048).accumulators == 2
+    assert parse_config("production:block_n=192", 64, 7168, 2048).accumulators == 1
+    assert parse_config("production:accumulators=1", 64, 7168, 2048).accumulators == 1
+    assert parse_config("production:block_n=32", 64, 7168, 2048).accumulators == 2
+    # the unswapped decode kernel, as production ran it before swap AB (results/sweep_swap_ab_memset.json)
+    unswapped = parse_config("production:swap_ab=False,block_m=64,block_n=64", 1, 7168, 2048)
+    assert (unswapped.block_m, unswapped.block_n, unswapped.accumulators, unswapped.pdl) == (64, 64, 2, True)
 
 
 def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():
@@ -93,6 +100,29 @@ def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():
     assert choose_config(32, 4096, 7168, H100).split_k == 1  # M = 32: wide tiles, no split
     assert choose_config(1, 7168, 2048, H100).split_k == 1  # K = 2048: the exchange does not pay
     assert choose_config(64, 2112, 7168, H100).block_n == 16  # M = 64 keeps the model's narrow tiles
+
+
+@pytest.mark.parametrize("m, n, k, block_m, split_k, persistent", [
+    (1, 7168, 2048, 8, 1, False), (1, 2112, 7168, 8, 2, False), (8, 7168, 2048, 8, 1, False),
+    (16, 2112, 7168, 16, 2, False), (20, 2112, 7168, 32, 1, False), (32, 4096, 7168, 32, 1, False),
+    (1, 24576, 1536, 8, 1, True),  # 384 tiles of 64 weight rows: a persistent walk, measured +5%
+])
+def test_decode_swaps_ab_where_it_measured_faster(m, n, k, block_m, split_k, persistent):
+    """M <= 32 (BF16 D, N % 8 == 0): B's rows as wgmma's 64-row side, the fewest power-of-two token rows >= M; K
+    split as the unswapped rule splits it (results/sweep_swap_ab_*.json)."""
+    config = choose_config(m, n, k, H100)
+    assert config.swap_ab and (config.block_m, config.block_n) == (block_m, 64), config.describe()
+    assert (config.split_k, config.persistent, config.pdl) == (split_k, persistent, not persistent)
+    SharedPlan(config, n, k).check()
+
+
+@pytest.mark.parametrize("m, n, k, fields", [
+    (33, 4096, 7168, {}), (64, 2112, 7168, {}),  # M = 64: 64 x 64 swapped lost to 64 x 16 by 26% (H200)
+    (16, 2111, 7168, {}),  # N % 8 != 0: the staged epilogue, which swap AB does not have
+    (16, 2112, 7168, dict(out_dtype="f32", accumulate=True)),  # measured with a BF16 D only
+])
+def test_swap_ab_stays_where_it_was_not_measured(m, n, k, fields):
+    assert not choose_config(m, n, k, H100, **fields).swap_ab
 
 
 @pytest.mark.parametrize("m, n, k", [(4096, 2112, 7168), (2048, 8448, 4096), (1536, 1536, 8192)])
