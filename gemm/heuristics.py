@@ -196,19 +196,26 @@ def paired_k_blocks(config: KernelConfig) -> bool:
     return True
 
 
+def decode_split_k(m: int, k: int, tile_count: int, sms: int) -> int:
+    """CTAs sharing each tile's K blocks: two for M <= SPLIT_K_MAX_M and K >= SPLIT_K_MIN_K where twice the tiles
+    still fit the SMs (see SPLIT_K_MAX_M's measurements), else one."""
+    if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K:
+        return widest_split(tile_count, ceil_div(k, 128), sms, largest=2)
+    return 1
+
+
 def swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
     """Decode (M <= SWAP_AB_MAX_M) with a BF16 D through the TMA epilogue: B's rows as wgmma's 64-row side
     (KernelConfig.swap_ab), tiles of the fewest power-of-two token rows >= M (at least 8) by 64 weight rows, K split
     over two CTAs where the unswapped rule splits it. Measured against the unswapped decode kernel in one run on the
-    H100 (results/sweep_swap_ab_memset.json, _n24576.json; docs/benchmarks.md, "Swap AB"): +3 to +18% at all eleven
+    H100 (results/sweep_swap_ab_memset.json, _n24576.json; docs/benchmarks.md, "Swap AB"): +1 to +18% at all eleven
     M <= 32 shapes (1 x 7168 x 2048 +18%, 16 x 2112 x 7168 +5%, 32 x 4096 x 7168 +1%); on an H200 a swapped 64 x 64
     tile lost 26% to the unswapped 64 x 16 at 64 x 2112 x 7168 (results/sweep_swap_ab_h200_m64.json), hence the
     bound. Weight tiles of 128 rows and more stages were no better."""
     block_m = max(8, 1 << (m - 1).bit_length())
     tile_count = ceil_div(n, SWAP_AB_BLOCK_N)
     persistent = tile_count > device.sm_count
-    split_k = (widest_split(tile_count, ceil_div(k, 128), device.sm_count, largest=2)
-               if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K else 1)
+    split_k = decode_split_k(m, k, tile_count, device.sm_count)
     config = KernelConfig(block_m=block_m, block_n=SWAP_AB_BLOCK_N, stages=2, producer="warpgroup",
                           registers=REGISTERS, persistent=persistent,
                           raster_group=raster_group(block_m, SWAP_AB_BLOCK_N, device.sm_count) if persistent else 0,
@@ -229,23 +236,29 @@ def raster_group(block_m: int, block_n: int, sms: int) -> int:
 
 
 def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None, *, out_dtype: str = "bf16",
-                  accumulate: bool = False) -> KernelConfig:
+                  accumulate: bool = False, allow_swap_ab: bool = True) -> KernelConfig:
     """The production config for (M, N, K) on ``device`` (the facts of the call's device; default: the current
     device's as set_num_sms caps it, or an H100 without a GPU), for a BF16 or FP32 (``out_dtype="f32"``) D, added into (``accumulate``: D = C + A*B) or
-    overwritten. ``FP8LADDER_PRINT_CONFIGS=1`` prints each choice once."""
-    return _choose_config(m, n, k, device or device_facts(), post_passes(), out_dtype, accumulate)
+    overwritten. ``allow_swap_ab=False``: the unswapped kernel's choice at decode too (what production ran before
+    swap AB; ``python -m gemm bench configs`` compares them). ``FP8LADDER_PRINT_CONFIGS=1`` prints each choice once."""
+    return _choose_config(m, n, k, device or device_facts(), post_passes(), out_dtype, accumulate, allow_swap_ab)
 
 
 @functools.lru_cache(maxsize=4096)
 def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[str, ...], out_dtype: str = "bf16",
-                   accumulate: bool = False) -> KernelConfig:
+                   accumulate: bool = False, allow_swap_ab: bool = True) -> KernelConfig:
+    config = _production_config(m, n, k, device, out_dtype, accumulate, allow_swap_ab).replace(post_passes=passes)
+    if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
+        print(f"fp8_gemm_nt M={m} N={n} K={k}: {config.describe()}")
+    return config
+
+
+def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: str, accumulate: bool,
+                       allow_swap_ab: bool) -> KernelConfig:
     # FP32 D is stored by the TMA epilogue only (gemm.validate asks N % 4 == 0 for it)
     epilogue = "tma" if n % 8 == 0 or out_dtype == "f32" else "staged"
-    if m <= SWAP_AB_MAX_M and epilogue == "tma" and out_dtype == "bf16" and not accumulate:
-        config = swap_ab_config(m, n, k, device).replace(post_passes=passes)
-        if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
-            print(f"fp8_gemm_nt M={m} N={n} K={k}: {config.describe()}")
-        return config
+    if allow_swap_ab and m <= SWAP_AB_MAX_M and epilogue == "tma" and out_dtype == "bf16" and not accumulate:
+        return swap_ab_config(m, n, k, device)
 
     def fits(block_m: int, block_n: int) -> bool:  # at least 3 stages in this device's shared memory
         trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue, out_dtype=out_dtype)
@@ -257,8 +270,7 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)
     tile_count = ceil_div(m, block_m) * ceil_div(n, block_n)
     persistent = tile_count > device.sm_count
-    split_k = (widest_split(tile_count, ceil_div(k, 128), device.sm_count, largest=2)
-               if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K else 1)
+    split_k = decode_split_k(m, k, tile_count, device.sm_count)
     # Programmatic dependent launch: a call's prologue overlaps the previous call's tail. Back to back (50 calls in
     # one graph, results/pdl_back_to_back.json) 1-11% faster per call at M <= 128 (one wave of one-CTA tiles); 3-4%
     # slower at 256 x 7168 x 2048 (two runs) and 1-4% at the persistent 4096 x 4096 x 7168 (three): off there.
@@ -280,10 +292,7 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
             smaller_stages = max_stages(smaller, n, k, limit=MAX_STAGES, budget=device.shared_limit)
             if smaller_stages > stages:
                 config, stages = smaller, smaller_stages
-    config = config.replace(stages=stages, post_passes=passes)
-    if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
-        print(f"fp8_gemm_nt M={m} N={n} K={k}: {config.describe()}")
-    return config
+    return config.replace(stages=stages)
 
 
 # -- the weight-gradient GEMM (gemm.wgrad) ----------------------------------------------------------------

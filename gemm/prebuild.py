@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from gemm.heuristics import (BLOCK_M_CANDIDATES, DECODE_MAX_M, SPLIT_K_MAX_M, DeviceFacts, choose_config,
-                             device_facts)
+from gemm.heuristics import (BLOCK_M_CANDIDATES, DECODE_MAX_M, SPLIT_K_MAX_M, SWAP_AB_MAX_M, DeviceFacts,
+                             choose_config, device_facts)
 from gemm.kernel.config import KernelConfig
 
 DEFAULT_MAX_M = 16384
@@ -89,11 +89,13 @@ def sample_ms(max_m: int) -> list[int]:
     choose_config sees M only through its tile counts ceil(M / BLOCK_M) (the BLOCK_M gates for small M are tile
     counts of 1 too), and every BLOCK_M candidate is a multiple of their gcd; so all M in one step of that gcd
     get one config, and the top M of each step stands for it; the decode rules (wide tiles up to DECODE_MAX_M, the
-    K split up to SPLIT_K_MAX_M) add their own top M. (tests/test_prebuild.py checks this against every M.)"""
+    K split up to SPLIT_K_MAX_M) add their own top M, and swap AB's token tiles (powers of two from 8 up to
+    SWAP_AB_MAX_M) theirs. (tests/test_prebuild.py checks this against every M.)"""
     if max_m < 1:
         raise ValueError(f"max_m must be at least 1, got {max_m}")
     step = math.gcd(*BLOCK_M_CANDIDATES)
-    tops = {SPLIT_K_MAX_M, DECODE_MAX_M} | set(range(step, max_m + step, step))
+    swap_tiles = {1 << bits for bits in range(3, SWAP_AB_MAX_M.bit_length())}
+    tops = {SPLIT_K_MAX_M, DECODE_MAX_M} | swap_tiles | set(range(step, max_m + step, step))
     return sorted({min(top, max_m) for top in tops})
 
 

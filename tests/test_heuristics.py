@@ -8,9 +8,8 @@ import pytest
 from gemm.testing.bench_dense import BENCH_SHAPES
 from gemm.fp8 import ceil_div
 from gemm.heuristics import (BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES, DECODE_MAX_M, DECODE_MIN_BLOCK_N,
-                             FULLER_WAVE_BLOCK_N, H100,
-                             SPLIT_K_MAX_M, SPLIT_K_MIN_K, SWAP_AB_MAX_M, TILE_OVERHEAD, DeviceFacts, _choose_config, choose_blocks,
-                             choose_config, wave_cost)
+                             FULLER_WAVE_BLOCK_N, H100, SPLIT_K_MAX_M, SPLIT_K_MIN_K, SWAP_AB_MAX_M, TILE_OVERHEAD,
+                             DeviceFacts, _choose_config, choose_blocks, choose_config, wave_cost)
 from gemm.kernel import KernelConfig, SharedPlan
 
 
@@ -93,6 +92,11 @@ def test_a_config_override_keeps_production_rule_for_the_accumulator_sets():
     # the unswapped decode kernel, as production ran it before swap AB (results/sweep_swap_ab_memset.json)
     unswapped = parse_config("production:swap_ab=False,block_m=64,block_n=64", 1, 7168, 2048)
     assert (unswapped.block_m, unswapped.block_n, unswapped.accumulators, unswapped.pdl) == (64, 64, 2, True)
+    assert parse_config("production:swap_ab=False", 1, 7168, 2048) == unswapped
+    # fields the swapped kernel does not take start from the unswapped one, so earlier sweeps' commands still run
+    assert parse_config("production:accumulators=2", 1, 7168, 2048) == unswapped
+    assert parse_config("production:block_n=32", 1, 7168, 2048).block_m == 64
+    assert parse_config("production:pdl=False", 1, 7168, 2048).swap_ab  # one swap AB takes: still swapped
 
 
 def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():
@@ -104,7 +108,8 @@ def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():
 
 @pytest.mark.parametrize("m, n, k, block_m, split_k, persistent", [
     (1, 7168, 2048, 8, 1, False), (1, 2112, 7168, 8, 2, False), (8, 7168, 2048, 8, 1, False),
-    (16, 2112, 7168, 16, 2, False), (20, 2112, 7168, 32, 1, False), (32, 4096, 7168, 32, 1, False),
+    (9, 7168, 2048, 16, 1, False), (16, 2112, 7168, 16, 2, False), (17, 2112, 7168, 32, 1, False),
+    (20, 2112, 7168, 32, 1, False), (32, 4096, 7168, 32, 1, False),
     (1, 24576, 1536, 8, 1, True),  # 384 tiles of 64 weight rows: a persistent walk, measured +5%
 ])
 def test_decode_swaps_ab_where_it_measured_faster(m, n, k, block_m, split_k, persistent):

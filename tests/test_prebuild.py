@@ -75,8 +75,10 @@ def test_sampled_m_reach_every_config(n, k, max_m, sms):
 
 def test_sample_ms_end_at_max_m():
     assert sample_ms(1) == [1]
-    assert sample_ms(100) == [16, 32, 64, 100]  # 16, 32: the decode rules' last M (split K, wide tiles)
-    assert sample_ms(256) == [16, 32, 64, 128, 192, 256]
+    # 8, 16, 32: swap AB's token tiles; 16, 32: the unswapped decode rules' last M (split K, wide tiles)
+    assert sample_ms(100) == [8, 16, 32, 64, 100]
+    assert sample_ms(256) == [8, 16, 32, 64, 128, 192, 256]
+    assert sample_ms(12) == [8, 12]
     with pytest.raises(ValueError, match="max_m"):
         sample_ms(0)
 

@@ -24,6 +24,10 @@ SWAP_CASES = [  # (M, N, K, config fields): tokens 1-70, ragged N and K, one and
     (40, 136, 512, dict(block_m=64, block_n=64, stages=2, split_k=2)),
     (3, 200, 1152, dict(block_m=8, block_n=128, stages=2, split_k=4)),
     (37, 328, 640, dict(block_m=16, block_n=64, stages=3, persistent=True, raster_group=8)),  # several tiles a CTA
+    (64, 64, 16, dict(block_m=64, block_n=64, stages=2)),  # one tile, K = 16: one zero-filled K block
+    (100, 1600, 384, dict(block_m=8, block_n=64, stages=2, persistent=True, raster_group=8)),  # 325 tiles, 3 CTAs
+    (9, 136, 1152, dict(block_m=16, block_n=64, stages=2, split_k=8)),  # nine K blocks over eight CTAs
+    (30, 200, 640, dict(block_m=32, block_n=128, stages=2, early_poll=False, uniform_offsets=False, pdl=True)),
 ]
 
 
@@ -100,16 +104,29 @@ def test_swap_ab_kernels_assemble_clean(m, n, k, block_m, block_n, split_k):
 
 @pytest.mark.parametrize("fields, words", [
     (dict(block_m=24, block_n=64), "one of \\(8, 16, 32, 64\\)"),
+    (dict(block_m=128, block_n=64), "one of \\(8, 16, 32, 64\\)"),
     (dict(block_m=16, block_n=56), "64 or 128"),
     (dict(block_m=16, block_n=64, multicast=2, persistent=True), "multicast=1"),
-    (dict(block_m=16, block_n=64, epilogue="staged"), "TMA epilogue"),
-    (dict(block_m=16, block_n=64, out_dtype="f32"), "BF16 D"),
+    (dict(block_m=16, block_n=64, epilogue="staged"), "epilogue='tma'"),
+    (dict(block_m=16, block_n=64, out_dtype="f32"), "out_dtype='bf16'"),
     (dict(block_m=16, block_n=64, accumulators=2), "accumulators=1"),
     (dict(block_m=16, block_n=64, gemm_type="masked", persistent=True), "gemm_type='normal'"),
+    (dict(block_m=16, block_n=64, b_scales="1x128"), "b_scales='128x128'"),
+    (dict(block_m=16, block_n=64, l2_prefetch=4), "l2_prefetch=0"),
+    (dict(block_m=16, block_n=64, d_buffer=(16, 64)), "d_buffer=None"),
+    (dict(block_m=16, block_n=64, producer="inline", registers=None), "producer='warpgroup'"),
 ])
 def test_swap_ab_misuse_is_named(fields, words):
+    """Each field the swapped kernel does not take is named in the error, with what it needs."""
     with pytest.raises(ValueError, match=words):
         swap_config(**fields)
+
+
+def test_swap_ab_refuses_the_wave_offset_seam():
+    """The seam places 64-row waves of A; a swapped tile has one wave of B rows, so it is refused, not ignored."""
+    from gemm.kernel.seams import Seams
+    with pytest.raises(ValueError, match="wave_offset"):
+        generate(swap_config(block_m=16, block_n=64, stages=2), 136, 256, Seams(wave_offset=lambda wave, groups: 0))
 
 
 def test_swap_ab_shared_plan_pads_the_scale_tiles_for_tma():

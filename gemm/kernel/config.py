@@ -248,12 +248,16 @@ class KernelConfig:
             raise ValueError(f"swap_ab: block_m is wgmma's N, one of {SWAP_AB_BLOCK_M} (a power of two, the tile "
                              f"scheduler divides by shifts), and block_n the weight rows, 64 or 128 (one or two math "
                              f"warpgroups of 64); got {self.block_m}x{self.block_n}")
-        if (self.producer != "warpgroup" or self.grouped or self.b_scales != "128x128" or self.multicast != 1
-                or self.epilogue != "tma" or self.out_dtype != "bf16" or self.accumulate
-                or self.d_buffer is not None or self.accumulators != 1 or self.l2_prefetch):
-            raise ValueError("swap_ab is the dense decode kernel: it needs producer='warpgroup', gemm_type='normal', "
-                             "b_scales='128x128', multicast=1, a BF16 D through the TMA epilogue (epilogue='tma', "
-                             "no accumulate, no d_buffer), accumulators=1 and l2_prefetch=0")
+        needs = {"producer": ("warpgroup", "the warpgroup producer"), "gemm_type": ("normal", "the dense GEMM"),
+                 "b_scales": ("128x128", "the weight's block scales, one per 64-row warpgroup"),
+                 "multicast": (1, "no cluster pair"), "epilogue": ("tma", "the TMA epilogue's transposed stmatrix"),
+                 "out_dtype": ("bf16", "a BF16 D"), "accumulate": (False, "a BF16 D, overwritten"),
+                 "d_buffer": (None, "the whole D tile"), "accumulators": (1, "one accumulator set"),
+                 "l2_prefetch": (0, "no L2 prefetch")}
+        for field, (wanted, why) in needs.items():
+            if getattr(self, field) != wanted:
+                raise ValueError(f"swap_ab (the dense decode kernel) needs {field}={wanted!r} ({why}), "
+                                 f"got {getattr(self, field)!r}")
 
     @property
     def wgmma_n(self) -> int:

@@ -121,6 +121,8 @@ class MathWarpgroups:
         if rows % WARPGROUP_ROWS or columns % 8 or not 8 <= columns <= 256:
             raise ValueError(f"block {block_m}x{block_n}{' (swap_ab)' if swap_ab else ''}: wgmma's M side must be a "
                              "multiple of 64, its N a multiple of 8 up to 256")
+        if swap_ab and seams.wave_offset is not None:
+            raise ValueError("the wave_offset seam places 64-row waves of A; swap_ab tiles have one wave of B rows")
         self.b, self.block_m, self.block_n, self.tid, self.seams = b, block_m, block_n, tid, seams
         self.swap_ab, self.columns = swap_ab, columns
         # at most two math warpgroups; a taller block gives each of them several 64-row *waves* (DeepGEMM's
@@ -133,7 +135,8 @@ class MathWarpgroups:
         e, r = b.emit, b.reg
         self.lane, self.warp = r("u32", "lane"), r("u32", "warp")
         self.row = r("u32", "frag_row")  # this thread's first accumulator row within the block tile
-        self.wg_a_offset = r("u32", "wg_a")  # byte offset of this warpgroup's 64 rows in the A tile
+        # byte offset of this warpgroup's 64 rows in the tile wgmma reads as A (the B tile with swap_ab)
+        self.wg_a_offset = r("u32", "wg_a")
         t = r("u32")
         e(f"and.b32 {self.lane}, {tid}, 31;", f"shr.u32 {self.warp}, {tid}, 5;",
           f"shl.b32 {self.row}, {self.warp}, 4;", f"shr.u32 {t}, {self.lane}, 2;",

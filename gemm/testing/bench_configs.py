@@ -4,7 +4,8 @@
     python -m gemm bench configs 64,7168,2048 production "production:stages=6" "production:block_n=32,epilogue=staged"
 
 A name is ``production`` (the heuristics' config for the shape) with optional ``:field=value,...`` overrides of
-:class:`gemm.kernel.KernelConfig` fields. A config an override cannot apply to at a shape (multicast on a
+:class:`gemm.kernel.KernelConfig` fields. At decode (M <= 32) production swaps A and B; ``swap_ab=False``, or a field
+the swapped kernel does not take (``accumulators=2``, ``epilogue='staged'``, ...), starts from the unswapped one. A config an override cannot apply to at a shape (multicast on a
 one-wave, non-persistent config) is a row that says why, not the end of the run. Every config is checked against
 the float64 reference (NaN-poisoned output) before it is timed. Prints a table per shape; ``--json`` writes the
 rows. (A ladder stage's config with its ideas turned off: ``python -m lessons ablate``.)
@@ -53,17 +54,27 @@ def parse_config(text: str, m: int, n: int, k: int):
     if base != "production":
         raise ValueError(f"unknown config {base!r}: a name is production[:field=value,...] "
                          "(a ladder stage's config: python -m lessons ablate)")
-    config = choose_config(m, n, k)
     changes = _overrides(overrides)
-    if "accumulators" in changes:
-        changed = config.replace(**changes)
-    else:  # the accumulator sets follow the overridden tile and D as production's rule would set them
-        changed = config.replace(accumulators=1, **changes)
-        if paired_k_blocks(changed):
-            changed = changed.replace(accumulators=2)
-    if "stages" not in changes:  # a wider tile may not fit the old stage count
-        changed = changed.replace(stages=min(config.stages, max_stages(changed, n, k)))
-    return changed
+    config = choose_config(m, n, k, allow_swap_ab=changes.get("swap_ab", True) is not False)
+
+    def overridden(config):
+        if "accumulators" in changes:
+            changed = config.replace(**changes)
+        else:  # the accumulator sets follow the overridden tile and D as production's rule would set them
+            changed = config.replace(accumulators=1, **changes)
+            if paired_k_blocks(changed):
+                changed = changed.replace(accumulators=2)
+        if "stages" not in changes:  # a wider tile may not fit the old stage count
+            changed = changed.replace(stages=min(config.stages, max_stages(changed, n, k)))
+        return changed
+    try:
+        return overridden(config)
+    except ValueError:
+        if not config.swap_ab or "swap_ab" in changes:
+            raise
+    # a field swap AB does not take (two K blocks in flight, a staged epilogue, a 32-wide tile, ...): the override
+    # applies to the unswapped decode kernel, production's before swap AB, so earlier sweeps' commands still run
+    return overridden(choose_config(m, n, k, allow_swap_ab=False))
 
 
 def time_configs(m: int, n: int, k: int, configs: dict, rng=None, *, timer=bench_kernel,

@@ -229,8 +229,9 @@ same tiles and ring, twice the SMs pulling B, plus the exchange and the cluster 
 Stage 12 against stage 10 and cuBLAS is what the split does not fix: stage 11's tall tiles are a prefill idea. At
 M = 16 a 256-row A box is mostly TMA zero fill and leaves room for half of stage 10's ring, so each CTA keeps half
 as much of B in flight (the table above); the split doubles the CTAs, not that. The production heuristics give
-decode 64-row tiles, a deeper ring and this split (docs/benchmarks.md, "Decode: wide tiles, and K split over a
-cluster"). One run is one measurement."""),
+decode a deeper ring, this split and, at M <= 32, tiles turned around: the weight's rows as wgmma's 64-row side and
+8-32 token rows as its N, so nothing is zero-filled (docs/benchmarks.md, "Decode: wide tiles, and K split over a
+cluster" and "Swap AB"). One run is one measurement."""),
 ]
 
 

@@ -48,8 +48,9 @@ def stmatrix(cta, opcode, ops, mask):  # PTX ISA "stmatrix", .m8n8 .x1/.x2/.x4 .
                 raise EmulationError(f"stmatrix row addresses must be 16-byte aligned: "
                                      f"{row_addresses[row_addresses % 16 != 0][:4]}")
             words = cta.value(name)[32 * warp:32 * warp + 32]
-            for start, halves in stmatrix_targets(row_addresses, ".trans" in opcode):
-                cta.smem[cta._shared(start, 2)[:, None] + np.arange(2)] = _to_bytes(words, 4).reshape(32, 2, 2)[:, halves]
+            halves = _to_bytes(words, 4).reshape(32, 2, 2)  # lane, 16-bit half, byte
+            for start, half in stmatrix_targets(row_addresses, ".trans" in opcode):
+                cta.smem[cta._shared(start, 2)[:, None] + np.arange(2)] = halves[:, half]
 
 
 def stmatrix_targets(row_addresses, transpose: bool):
