@@ -26,15 +26,16 @@ clusters of four would run in two waves.
 
 What the split costs: rank 1 writes and rank 0 reads 256 x 64 x 4 bytes = 64 KiB of totals over the cluster's
 shared-memory network, and every rank keeps its tile's full A box per stage for a share of the K loop.
-The production heuristics go further for decode (``gemm.heuristics``: 64-row tiles at least 64 wide, split over
-2 CTAs at M <= 16, measured in docs/benchmarks.md "Decode: wide tiles, and K split over a cluster").
+The production heuristics go further for decode (``gemm.heuristics``: split over 2 CTAs at M <= 16, and at
+M <= 32 tiles of 8-32 token rows with the weight as wgmma's 64-row side, measured in docs/benchmarks.md "Decode:
+wide tiles, and K split over a cluster" and "Swap AB").
 
 What it does not fix, measured at 16 x 2112 x 7168 in the same run (results/ladder_16x2112x7168.json): stage 12
 takes 31.7 us, 1.68x stage 11's 53.1, yet stage 10 took 24.9 and cuBLAS 14.8. Stage 11's tall tiles are a
 prefill idea: at M = 16 a 256-row A box is 240 rows of TMA zero-fill, and with it only 4 ring stages fit (stage
 10's 64 x 64 tiles had 8), so each SM keeps 32 KiB of B in flight instead of 64. The production heuristics give
-decode 64-row tiles, a 10-stage ring and this split: 11.6 us at this shape, 1.27x cuBLAS (results/gemm_bench.json,
-docs/benchmarks.md "Decode: wide tiles, and K split over a cluster").
+decode a 10-stage ring, this split and tiles of 16 token rows by 64 weight rows (swap AB): 9.9 us at this shape,
+1.51x cuBLAS (results/gemm_bench.json, docs/benchmarks.md "Swap AB").
 
 Speed of light: HBM3, 3.35 TB/s: at 16 x 2112 x 7168 moving A, B, the scales and D once is 15.3 MB, 4.58 us,
 which allows 106 TFLOP/s (the FP8 tensor cores would allow 1,979). The ladder's shape is compute-bound, and there
