@@ -260,11 +260,6 @@ class KernelConfig:
                                  f"got {getattr(self, field)!r}")
 
     @property
-    def wgmma_n(self) -> int:
-        """wgmma's N: the tile's columns, or with swap_ab its rows of A."""
-        return self.block_m if self.swap_ab else self.block_n
-
-    @property
     def cluster_size(self) -> int:
         """CTAs per thread-block cluster: the multicast pair or the split-K group (1: no cluster)."""
         return max(self.multicast, self.split_k)

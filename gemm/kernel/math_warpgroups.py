@@ -280,7 +280,8 @@ class MathWarpgroups:
         BLOCK_M): the accumulators hold D transposed, row = B row (l/4, l/4 + 8 of the warp's 16), column = A row
         (8j + 2(l % 4), +1). Every row shares the weight block's scale ``sb_value``; every column has its own A
         scale, the stage's ``sa`` entry of that row of A, read as wgrad reads its column scales. So the promotion
-        is ``total += partial * (sb * sa[column])``, the product formed once per column pair of the thread."""
+        is ``total += partial * (sb * sa[column])``, the product formed once per column the thread holds (its rows
+        all share sb), not once per accumulator as :meth:`_promote_by_column` must."""
         e, r = self.b.emit, self.b.reg
         scratch, tokens_desc = self._b_descriptor(a_tile)
         weight, weight_desc = r("u32"), r("u64", "adesc")

@@ -4,9 +4,10 @@
     python -m gemm bench configs 64,7168,2048 production "production:stages=6" "production:block_n=32,epilogue=staged"
 
 A name is ``production`` (the heuristics' config for the shape) with optional ``:field=value,...`` overrides of
-:class:`gemm.kernel.KernelConfig` fields. At decode (M <= 32) production swaps A and B; ``swap_ab=False``, or a field
-the swapped kernel does not take (``accumulators=2``, ``epilogue='staged'``, ...), starts from the unswapped one. A config an override cannot apply to at a shape (multicast on a
-one-wave, non-persistent config) is a row that says why, not the end of the run. Every config is checked against
+:class:`gemm.kernel.KernelConfig` fields. At decode (M <= 32) production swaps A and B; ``swap_ab=False``, or a
+field the swapped kernel does not take (``accumulators=2``, ``epilogue='staged'``, ...), starts from the unswapped
+one. A config an override cannot apply to at a shape (multicast on a one-wave, non-persistent config) is a row that
+says why, not the end of the run. Every config is checked against
 the float64 reference (NaN-poisoned output) before it is timed. Prints a table per shape; ``--json`` writes the
 rows. (A ladder stage's config with its ideas turned off: ``python -m lessons ablate``.)
 """
