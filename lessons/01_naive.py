@@ -18,7 +18,7 @@ address: one 128-byte L1 wavefront) and b[n, k] from 32 rows K bytes apart (32 c
 132 SMs x 128 B x 1.98 GHz / 66 = 0.507 TFLOP/s (the FFMA units alone would allow 66.9). The integer decode
 (about 20 instructions per FFMA) overlaps with the waiting.
 
-Measured: 0.49 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3; 97% of its speed of light (L1/smem, 0.507
+Measured: 0.493 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3; 97% of its speed of light (L1/smem, 0.507
 TFLOP/s), 0.025% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 from numba import cuda

@@ -19,7 +19,7 @@ a_tile[ty, k] (one address, a broadcast: one wavefront) and b_tile[tx, k] (32 ba
 FFMAs: 2 x 128 B per 64 flop, so 33.45 TB/s / 4 B per flop = 8.36 TFLOP/s. Staging (the global loads, the
 decode, two barriers per K group) comes on top, which is where the rest of the time goes.
 
-Measured: 5.9 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.04x stage 01; 70% of its speed of light
+Measured: 5.94 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.03x stage 01; 71% of its speed of light
 (L1/smem, 8.36 TFLOP/s), 0.3% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 from numba import cuda

@@ -28,7 +28,7 @@ wavefronts, 0.19 B per flop, which the shared-memory port could serve at 178 TFL
 kernel and that: the decode while staging (about ten integer instructions per byte), the promotion, two barriers
 per tile and only 8 warps per SM to cover the shared-load latency.
 
-Measured: 23.8 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 4.03x stage 02; 36% of its speed of light
+Measured: 23.9 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 4.03x stage 02; 36% of its speed of light
 (FP32 FFMA, 66.9 TFLOP/s), 1.2% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 from numba import config, cuda

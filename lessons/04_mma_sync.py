@@ -30,8 +30,8 @@ is close behind: per 128-wide K block the eight warps of a 128 x 128 tile read 9
 writes 32 KiB, 0.031 B per flop, which allows 1,071 TFLOP/s. The F2FP unpacks and the FADDs that merge each HMMA
 pair take issue slots beside them.
 
-Measured: 305 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.85x stage 03; 31% of its speed of light
-(FP16 HMMA, 989 TFLOP/s), 15% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
+Measured: 308 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 12.86x stage 03; 31% of its speed of light
+(FP16 HMMA, 989 TFLOP/s), 16% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 
 Ablations: this stage bundles five ideas, so each can be turned off alone (:class:`Options`, switches of the
 generator; every variant is still a correct kernel, checked in the emulator by tests/test_ablations.py).
@@ -48,7 +48,7 @@ profiled yet. ldmatrix stays in the stage as the fragment idiom that wgmma then 
 `python -m lessons ablate 4` times them all against the full stage on a GPU (on a CPU it prints each variant's
 registers, spills and SASS counts), and docs/ladder.md shows the committed run.
 
-Ablations measured: the full stage 303 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3; with one idea off,
+Ablations measured: the full stage, 303 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3; with one idea off,
 its speed as a share of that: without the XOR swizzle 0.47x (143 TFLOP/s); without ldmatrix 1.07x (323 TFLOP/s);
 without cp.async 0.74x (224 TFLOP/s); without the ring (1 stage) 0.75x (227 TFLOP/s); 32x32 warp tiles (16 warps)
 1.01x (306 TFLOP/s) (results/ablation_04.json, `python -m lessons ablate 4`).

@@ -26,8 +26,8 @@ producer a warpgroup of its own, so the ring runs a full ``stages`` blocks ahead
 Speed of light: stage 05's, the FP8 tensor cores at 1979 TFLOP/s. This stage takes the loads and the K-loop
 barrier off the math threads; the promotion and thread 0's double role remain.
 
-Measured: 929 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.10x stage 05; 47% of its speed of light
-(FP8 QGMMA, 1,979 TFLOP/s), 47% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
+Measured: 943 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.13x stage 05; 48% of its speed of light
+(FP8 QGMMA, 1,979 TFLOP/s), 48% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ difference; ptxas honours the register split (USETMAXREG in the SASS) only in wh
 Speed of light: stage 06's, the FP8 tensor cores at 1979 TFLOP/s dense (132 SMs x 8192 flop/clk x 1.83 GHz); what
 changes is how much of each K block's copy latency, and of the promotion, the tensor cores still wait for.
 
-Measured: 1,118 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.20x stage 06; 57% of its speed of light
+Measured: 1,120 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.19x stage 06; 57% of its speed of light
 (FP8 QGMMA, 1,979 TFLOP/s), 57% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 from lessons.generated import GeneratedStage

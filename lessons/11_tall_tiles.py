@@ -23,8 +23,8 @@ shared memory: :func:`gemm.kernel.config.max_stages`); the emitter is the wave l
 Speed of light: the FP8 tensor cores, 1979 TFLOP/s dense, as for stages 08-10; what this stage changes is how much
 of the tensor cores' time the L2 feed and the per-tile overhead leave idle.
 
-Measured: 1,324 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.07x stage 10; 67% of its speed of light
-(FP8 QGMMA, 1,979 TFLOP/s), 67% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
+Measured: 1,362 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.07x stage 10; 69% of its speed of light
+(FP8 QGMMA, 1,979 TFLOP/s), 69% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 import lessons
 from lessons.generated import GeneratedStage

@@ -31,19 +31,19 @@ M <= 32 tiles of 8-32 token rows with the weight as wgmma's 64-row side, measure
 wide tiles, and K split over a cluster" and "Swap AB").
 
 What it does not fix, measured at 16 x 2112 x 7168 in the same run (results/ladder_16x2112x7168.json): stage 12
-takes 31.7 us, 1.68x stage 11's 53.1, yet stage 10 took 24.9 and cuBLAS 14.8. Stage 11's tall tiles are a
+takes 31.8 us, 1.66x stage 11's 52.8, yet stage 10 took 25.0 and cuBLAS 14.8. Stage 11's tall tiles are a
 prefill idea: at M = 16 a 256-row A box is 240 rows of TMA zero-fill, and with it only 4 ring stages fit (stage
-10's 64 x 64 tiles had 8), so each SM keeps 32 KiB of B in flight instead of 64. The production heuristics give
-decode a 10-stage ring, this split and tiles of 16 token rows by 64 weight rows (swap AB): 9.9 us at this shape,
-1.51x cuBLAS (results/gemm_bench.json, docs/benchmarks.md "Swap AB").
+10's 64 x 64 tiles had 8), so each SM keeps 32 KiB of B in flight instead of 64. Stage 15 (swap AB) gives decode
+tiles of 16 token rows by 64 weight rows and a 10-stage ring, keeping this split: 10.2 us in the same run, 1.45x
+cuBLAS.
 
 Speed of light: HBM3, 3.35 TB/s: at 16 x 2112 x 7168 moving A, B, the scales and D once is 15.3 MB, 4.58 us,
 which allows 106 TFLOP/s (the FP8 tensor cores would allow 1,979). The ladder's shape is compute-bound, and there
 this stage is stage 11.
 
-Measured: 15.3 TFLOP/s at M=16 N=2112 K=7168 on NVIDIA H100 80GB HBM3, 1.68x stage 11; 14% of its speed of light
+Measured: 15.2 TFLOP/s at M=16 N=2112 K=7168 on NVIDIA H100 80GB HBM3, 1.66x stage 11; 14% of its speed of light
 (HBM3, 106 TFLOP/s), 0.77% of the FP8 peak (results/ladder_16x2112x7168.json, `python -m lessons ladder --m 16 --n
-2112 --k 7168 --stages 10-12`).
+2112 --k 7168 --stages 10-15`).
 """
 import functools
 

@@ -32,8 +32,8 @@ gain, taught as one.
 
 Speed of light: the FP8 tensor cores, 1979 TFLOP/s dense, as for stages 08-13.
 
-Measured: 1,398 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.02x stage 13; 71% of its speed of light
-(FP8 QGMMA, 1,979 TFLOP/s), 71% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
+Measured: 1,438 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H100 80GB HBM3, 1.01x stage 13; 73% of its speed of light
+(FP8 QGMMA, 1,979 TFLOP/s), 73% of the FP8 peak (results/ladder.json, `python -m lessons ladder`).
 """
 import lessons
 from lessons.generated import GeneratedStage

@@ -44,6 +44,7 @@ STAGES = {
     12: "12_split_k",
     13: "13_uniform_datapath",
     14: "14_early_poll",
+    15: "15_swap_ab",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 # Topic lessons (lessons/<name>.py): one subject told across the stages, not a rung of the ladder. No stage number,

@@ -1,11 +1,11 @@
-"""``python -m lessons ablate 4|5|8``: a bundled stage, each of its ideas turned off on its own, timed (GPU).
+"""``python -m lessons ablate 4|5|8|15``: a bundled stage, each of its ideas turned off on its own, timed (GPU).
 
 A stage that must bundle ideas lists them as ``ABLATIONS = {label: changes}``; each row is the stage with one
 change undone, checked against the float64 reference (NaN-poisoned D, every element written) and timed with the
 ladder's one kernel timer (:func:`gemm.testing.timer.bench_kernel`: CUDA-graph replay of (L2 flush; call) pairs), next to
 the previous stage and the stage itself, on the same inputs. Writes ``ablation_NN.json``. The changes are:
 
-* for a stage built on the production generator (08): :class:`gemm.kernel.config.KernelConfig` fields;
+* for a stage built on the production generator (08, 15): :class:`gemm.kernel.config.KernelConfig` fields;
 * for a hand-written PTX stage (04, 05): fields of the stage's ``Options`` (a frozen dataclass whose defaults
   are the stage as taught), which its ``generate(m, n, k, options)`` and ``gemm(..., options=)`` take.
 
@@ -56,7 +56,8 @@ def ablation_configs(number: int, m: int, n: int, k: int) -> dict:
     configs = {f"stage {number - 1:02d}": lessons.stage(number - 1).config(m, n, k), f"stage {number:02d}": full}
     for label, changes in ablations.items():
         config = full.replace(**changes)
-        configs[f"{number:02d} {label}"] = config.replace(stages=min(full.stages, max_stages(config, n, k)) or 2)
+        deepest = changes.get("stages", full.stages)  # an ablation may undo a deeper ring (15); else the stage's
+        configs[f"{number:02d} {label}"] = config.replace(stages=min(deepest, max_stages(config, n, k)) or 2)
     return configs
 
 

@@ -7,6 +7,7 @@ is the generator configured as stage 06, which a test proves gives bit-identical
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from gemm.kernel import KernelConfig, SharedPlan, generate as _generate
 from gemm.kernel.config import max_stages
@@ -25,15 +26,21 @@ def stage06_config(m: int, n: int, k: int) -> KernelConfig:
 
 @dataclass(frozen=True)
 class GeneratedStage:
-    """One generator stage: ``change`` applied to ``previous``'s config (stage 06's for stage 07)."""
+    """One generator stage: ``change`` applied to ``previous``'s config (stage 06's for stage 07). The ring keeps
+    the previous stage's depth, cut to what fits the new tiles; ``refill(m, n, k)``, where it gives a number,
+    deepens it to as many stages as fit, up to that number (a stage whose tiles shrink has room for more)."""
     number: int
     change: dict = field(default_factory=dict)
     previous: "GeneratedStage | None" = None
+    refill: Callable[[int, int, int], int | None] | None = None
 
     def config(self, m: int, n: int, k: int) -> KernelConfig:
         base = self.previous.config(m, n, k) if self.previous else stage06_config(m, n, k)
         changed = {key: (value(m, n, k) if callable(value) else value) for key, value in self.change.items()}
         config = base.replace(**changed, stages=2)
+        deepest = self.refill(m, n, k) if self.refill else None
+        if deepest is not None:
+            return config.replace(stages=max_stages(config, n, k, limit=deepest))
         return config.replace(stages=min(base.stages, max_stages(config, n, k)))  # the new tiles may need room
 
     def generate(self, m: int, n: int, k: int) -> str:

@@ -201,9 +201,10 @@ def ablation_lines(results: Path, lessons_dir: Path, rendered: dict[Path, str]) 
                 parts.append(f"{label}: {row.get('status', 'not run')}")
         full = next((r for r in result["rows"] if r["name"] == f"stage {number:02d}"), {})
         speed = f"{three_digits(full['tflops'])} TFLOP/s" if full.get("tflops") else "not timed"
-        line = (f"Ablations measured: the full stage {speed} at M={shape.get('m')} N={shape.get('n')} "
+        command = result.get("command") or f"python -m lessons ablate {number}"  # its shape, where not the ladder's
+        line = (f"Ablations measured: the full stage, {speed} at M={shape.get('m')} N={shape.get('n')} "
                 f"K={shape.get('k')} on {result['device'].get('name', 'a GPU')}; with one idea off, its speed as a "
-                f"share of that: {'; '.join(parts)} (results/{path.name}, `python -m lessons ablate {number}`).")
+                f"share of that: {'; '.join(parts)} (results/{path.name}, `{command}`).")
         paragraph = textwrap.fill(line, 116, break_on_hyphens=False)
         new = re.sub(r'^Ablations measured:.*(?:\n(?!""")[^\n]+)*', lambda _: paragraph, text, count=1,
                      flags=re.MULTILINE)

@@ -1,4 +1,4 @@
-"""Exercises 06-14 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+"""Exercises 06-15 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
 correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
 cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
 import dataclasses
@@ -13,7 +13,7 @@ from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
 from ptx.emulate import EmulationError
 
-STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14)
+STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 
 
 def load(path):
@@ -460,3 +460,40 @@ def test_14_answers_naming_no_barrier_are_refused(rng):
                 lambda stage, parity, stages: [(stage + 1) % stages, parity], lambda stage, parity, stages: 1):
         with pytest.raises(ValueError, match="next_full"):
             ex.build(SimpleNamespace(next_full=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+@pytest.mark.parametrize("wrong", [lambda register, lane: 8 * (register // 4) + 2 * (lane % 4) + (register // 2) % 2,
+                                   lambda register, lane: 8 * (register // 4) + lane % 8])  # row pairs; lane // 4 lost
+def test_15_another_tokens_scale_is_a_wrong_d_and_the_rule_names_it(rng, wrong):
+    """Scaling a token's partial sums by another token's scales: D is wrong at every graded tile width wherever
+    neighbouring tokens' scales differ (here by construction: random_problem's row magnitudes may repeat, and two
+    tokens of one magnitude have scales within ~10%, a D the diff may pass); the rule check, which does not depend
+    on the data, names the first wrong (register, lane)."""
+    from gemm.fp8 import per_block_cast_to_fp8, per_token_cast_to_fp8, sa_to_mn_major
+    from lessons.grading.technique import exercise_checks
+    ex = exercise(15)
+    for m, n, k in ex.shapes_cpu:
+        tokens = rng.standard_normal((m, k), dtype=np.float32) * np.exp2(np.arange(m) % 4 - 2)[:, None]
+        a, sa = per_token_cast_to_fp8(tokens.astype(np.float32))
+        b, sb = per_block_cast_to_fp8(rng.standard_normal((n, k), dtype=np.float32))
+        problem = (a, sa_to_mn_major(sa), b, sb)
+        d = ex.build(SimpleNamespace(token_column=wrong)).run_cpu(*problem)
+        assert not np.isnan(d).any() and calc_diff(d, reference_gemm(*problem)) > 1e-3  # the grader's limit
+    (rule,) = exercise_checks(ex, SimpleNamespace(token_column=wrong))
+    assert not rule["passed"] and "that accumulator holds token" in rule["detail"], rule["detail"]
+
+
+def test_15_answers_naming_no_token_are_refused(rng):
+    """A column past the tile's tokens, a negative one, a float, a numpy integer: a clear error naming the seam,
+    before any run; and the seam is refused on a tile that is not swapped."""
+    from gemm.kernel.seams import Seams
+    from gemm.testing.emulated import run_gemm
+    ex = exercise(15)
+    for bad in (lambda register, lane: 8 * (register // 4) + 2 * (lane % 4) + register % 2 + 8,
+                lambda register, lane: -1, lambda register, lane: 0.0, lambda register, lane: np.int64(0)):
+        with pytest.raises(ValueError, match="token_column"):
+            ex.build(SimpleNamespace(token_column=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+    m, n, k = 64, 136, 256  # stage 15 swaps only where M <= 32
+    with pytest.raises(ValueError, match="token_column seam .* not swapped"):
+        run_gemm(lessons_stage(15).config(m, n, k), *random_problem(m, n, k, rng),
+                 seams=Seams(token_column=ex.reference().token_column))

@@ -529,3 +529,16 @@ def test_early_poll_rows_come_from_the_cubins():
     assert "TRYWAIT" not in after[tested][1]
     later = sum(text.startswith("FFMA") for _, text in after[tested:])
     assert later > sum(text.startswith("FFMA") for _, text in after[:tested]) and later >= 32
+
+
+def test_swap_ab_ring_comes_from_the_shared_plan():
+    """At stage 15's shape stage 14's ring is mostly zero-filled A rows; stage 15's holds none, and more weight."""
+    from gemm.kernel.config import SharedPlan
+    from lessons.figures import ring_bytes
+    from lessons.figures.swap_ab import SWAP_SHAPE
+    rings = ring_bytes(*SWAP_SHAPE)
+    (tokens14, zeros14, weight14), (tokens15, zeros15, weight15) = (rings[s]["parts"] for s in ("stage 14", "stage 15"))
+    assert zeros14 > 10 * tokens14 and zeros15 == 0 and weight15 > 2 * weight14
+    config = rings["stage 15"]["config"]
+    assert tokens15 + weight15 == config.stages * (SharedPlan(config, *SWAP_SHAPE[1:]).a_tile
+                                                   + SharedPlan(config, *SWAP_SHAPE[1:]).b_tile)

@@ -123,6 +123,9 @@ class MathWarpgroups:
                              "multiple of 64, its N a multiple of 8 up to 256")
         if swap_ab and seams.wave_offset is not None:
             raise ValueError("the wave_offset seam places 64-row waves of A; swap_ab tiles have one wave of B rows")
+        if not swap_ab and seams.token_column is not None:
+            raise ValueError("the token_column seam places a swap_ab tile's token columns; this tile is not swapped "
+                             "(KernelConfig.swap_ab=False)")
         self.b, self.block_m, self.block_n, self.tid, self.seams = b, block_m, block_n, tid, seams
         self.swap_ab, self.columns = swap_ab, columns
         # at most two math warpgroups; a taller block gives each of them several 64-row *waves* (DeepGEMM's
@@ -154,6 +157,7 @@ class MathWarpgroups:
         self.fresh, self.accumulate = r("pred", "p_fresh"), r("pred", "p_acc")
         e(f"setp.ne.u32 {self.fresh}, {tid}, {tid};", f"setp.eq.u32 {self.accumulate}, {tid}, {tid};")
         self.constant_desc = w.descriptor_constant_part()
+        self.token_offsets = self._token_column_offsets() if seams.token_column is not None else None
 
     def warp_uniform_values(self, uniform_offset: bool) -> tuple[str, ...]:
         """The per-thread values broadcast from lane 0 (:data:`PER_THREAD_VALUES`). Computed from %tid, ptxas keeps
@@ -288,7 +292,12 @@ class MathWarpgroups:
         e(f"add.u32 {weight}, {b_tile}, {self.wg_a_offset};",
           w.wgmma_descriptor(weight_desc, weight, scratch, self.constant_desc))
         self._issue_wgmmas(self.acc, weight_desc, tokens_desc)
-        column_scales = self._load_column_scales(sa_tile)  # while the tensor cores run; before the release
+        if self.token_offsets is None:
+            column_scales = self._load_column_scales(sa_tile)  # while the tensor cores run; before the release
+            scale_of = [2 * (i // 4) + i % 2 for i in range(len(self.acc))]  # fragment_column, minus the lane part
+        else:  # the seam's columns: one scale per accumulator, each from its own table entry
+            column_scales = self._load_token_scales(sa_tile)
+            scale_of = list(range(len(self.acc)))
         e(w.wgmma_wait_group(0))
         if release is not None:
             release()
@@ -298,7 +307,40 @@ class MathWarpgroups:
             e(f"mul.f32 {scale}, {sb_value}, {column_scale};")
             scales.append(scale)
         for i, (running, partial) in enumerate(zip(self.totals[0], self.acc)):
-            e(core.promote(running, partial, scales[2 * (i // 4) + i % 2]))
+            e(core.promote(running, partial, scales[scale_of[i]]))
+
+    def _token_column_offsets(self) -> list[str]:
+        """The seam ``token_column(register, lane)`` for every lane and accumulator, checked (an int naming one of
+        the tile's token rows) and kept as a ``.const`` table; each thread reads its row of it once, before the K
+        loop, as byte offsets into a stage's A-scale tile. A wrong column is a wrong answer (a token's partial sum
+        scaled by another token's scale), not a fault: every offset stays inside the tile."""
+        e, r, count = self.b.emit, self.b.reg, len(self.acc)
+        values = []
+        for lane in range(32):
+            for register in range(count):
+                column = self.seams.token_column(register, lane)
+                if type(column) is not int or not 0 <= column < self.columns:
+                    raise ValueError(f"token_column({register}, {lane}) must be an int naming one of the tile's "
+                                     f"{self.columns} token rows (0..{self.columns - 1}), got {column!r}")
+                values.append(column)
+        table = self.b.const_table("token_column_table", values)
+        row, address = r("u64"), r("u64")
+        e(f"mul.wide.u32 {row}, {self.lane}, {4 * count};", f"mov.u64 {address}, {table};",
+          f"add.s64 {address}, {address}, {row};")
+        offsets = self.b.regs("u32", count, "tok_off")
+        for register, offset in enumerate(offsets):
+            e(f"ld.const.u32 {offset}, [{address}+{4 * register}];", f"shl.b32 {offset}, {offset}, 2;")
+        return offsets
+
+    def _load_token_scales(self, tile: str) -> list[str]:
+        """One A scale per accumulator, at the token row the seam's table names (:meth:`_token_column_offsets`)."""
+        e, r = self.b.emit, self.b.reg
+        scales = []
+        for offset in self.token_offsets:
+            address, scale = r("u32"), r("f32", "sbc")
+            e(f"add.u32 {address}, {tile}, {offset};", f"ld.shared.f32 {scale}, [{address}];")
+            scales.append(scale)
+        return scales
 
     def _promote(self, total: list[str], acc: list[str], sa_lo: str, sa_hi: str, sb_value: str | tuple[str, str],
                  former_groups: int | None) -> None:

@@ -20,7 +20,12 @@ The generator makes a few decisions a course exercise asks a student to make ins
   warpgroup's A offset when ``KernelConfig.uniform_offsets``);
 * ``next_full(stage, parity, stages) -> (stage, parity)``: the ring slot and phase parity whose full barrier the
   math warps test right after releasing ``stage`` (whose full phase ``parity`` they waited on), emitted as a table
-  (``_Kernel.k_loop`` with ``KernelConfig.early_poll``; the generator's own rule is the ring's advance).
+  (``_Kernel.k_loop`` with ``KernelConfig.early_poll``; the generator's own rule is the ring's advance);
+* ``token_column(register, lane) -> column``: in a swap-AB tile (``KernelConfig.swap_ab``: the weight's rows are
+  wgmma's M side, the tile's token rows its N columns), which token row of the tile accumulator ``register`` of
+  ``lane`` holds, so which token's A scale its promotion multiplies by; emitted as a table, read once per thread
+  (:meth:`gemm.kernel.math_warpgroups.MathWarpgroups._swapped_k_block`; the generator's own rule is the wgmma
+  fragment's column, :func:`gemm.kernel.math_warpgroups.fragment_column`).
 
 A :class:`Seams` value is passed down ``generate(config, n, k, seams)``, ``cubin``, ``kernel`` and
 ``gemm.testing.emulated.run_gemm``, and is part of each of their cache keys (functions hash by identity), so a kernel built
@@ -44,6 +49,7 @@ class Seams:
     k_share: Callable | None = None
     warp_uniform: Callable | None = None
     next_full: Callable | None = None
+    token_column: Callable | None = None
 
 
 NO_SEAMS = Seams()

@@ -27,6 +27,8 @@ figure                         drawn from
                                11 / 12's configs; the exchange of ``_Kernel.gather_partials``
 13_uniform_datapath            stage 12 / 13 cubins, ``span`` of QGMMA (ptx.sass): each instruction's datapath
 14_early_poll                  stage 13 / 14 cubins after the last QGMMA: where the full-barrier test lands
+15_swap_ab                     stages 14 / 15's configs and ``SharedPlan`` (gemm.kernel.config): one CTA's ring
+                               by part; the accumulator tile and its scales, unswapped and swapped
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -53,6 +55,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
 * :mod:`lessons.figures.split_k`: stage 12, the SMs busy at decode, K blocks by cluster rank, the DSMEM exchange;
 * :mod:`lessons.figures.uniform_datapath`: stage 13, the K block's SASS by datapath, stage 12 against 13;
 * :mod:`lessons.figures.early_poll`: stage 14, the SASS after a K block's last wgmma, stage 13 against 14;
+* :mod:`lessons.figures.swap_ab`: stage 15, the decode ring by part and the swapped tile's scales;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -68,6 +71,7 @@ from lessons.figures.ring_timelines import (Event, RingTrace, Timing, producer_c
                                             tma_ring_timeline, trace_barriers)
 from lessons.figures.sass_bits import DECODE_SHAPE, ffma_bits, ffma_listings, ffma_yield_bits
 from lessons.figures.split_k import split_k_cluster, split_k_map, split_k_occupancy
+from lessons.figures.swap_ab import ring_bytes, swap_ab
 from lessons.figures.tall_tiles import tall_tile_map, tall_tile_waves
 from lessons.figures.tensor_core_layouts import (accumulator_map, descriptor_example, fragment_owner,
                                                  ldmatrix_roles, ldmatrix_swizzle, mma_fragment_maps, mma_fragments,
@@ -95,6 +99,7 @@ FIGURES = {
     "12_split_k_cluster": split_k_cluster,
     "13_uniform_datapath": uniform_datapath,
     "14_early_poll": early_poll,
+    "15_swap_ab": swap_ab,
     "moe_grouped_layouts": moe_layouts,
 }
 
@@ -104,4 +109,5 @@ __all__ = ["FIGURES", "LADDER_SHAPE", "DECODE_SHAPE", "MOE_EXAMPLE", "Event", "R
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
            "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy", "k_block_classes", "after_last_wgmma",
+           "ring_bytes",
            *(function.__name__ for function in FIGURES.values())]
