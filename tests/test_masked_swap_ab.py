@@ -4,9 +4,10 @@ CPU: the generated PTX on the emulator, bit-exact against the float64 reference 
 small-integer inputs, on counts 0, 1, a count that is not a multiple of the token tile, M_max, and counts past what
 the heuristics expected (more tiles), ragged N, several K-block counts, both weight-tile heights, round-robin and
 random schedules; D starts as NaN, so rows at or past a group's count must still be NaN and every row below it
-written. The contiguous layout stays refused, with its reason.
-GPU (``gpu`` marker, skipped without a Hopper GPU): explicit configs on random counts, NaN-poisoned out, diff < 1e-3
-against float64, untouched rows; bit-exact small integers.
+written. The cubins assemble clean (STSM .MT88, QGMMA, the row-masked st.global copy). The heuristics swap at
+expected_m <= SWAP_AB_MAX_M with a TMA epilogue, and ``allow_swap_ab=False`` and ``config=`` still choose.
+GPU (``gpu`` marker, skipped without a Hopper GPU): random counts, NaN-poisoned out, diff < 1e-3 against float64,
+untouched rows; explicit configs; a CUDA graph replayed with new counts; bit-exact small integers.
 """
 import sys
 from pathlib import Path
@@ -15,10 +16,11 @@ import numpy as np
 import pytest
 
 from gemm.fp8 import E4M3
-from gemm.kernel import KernelConfig
+from gemm.heuristics import H100, SWAP_AB_MAX_M, choose_grouped_config
+from gemm.kernel import KERNEL, KernelConfig, generate
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tc_checks import assert_exact, small_integer_problem  # noqa: E402
+from tc_checks import assert_clean_resources, assert_exact, small_integer_problem  # noqa: E402
 from test_grouped import _cuda, _host, _nan_out, check_masked, masked_problem  # noqa: E402
 
 
@@ -78,6 +80,22 @@ def test_masked_swap_ab_on_the_emulator(groups, m_max, n, k, masked_m, fields, s
     assert_masked_exact(d, *problem, masked_m)
 
 
+@pytest.mark.parametrize("expected_m", [1, 8, 16, 32])
+def test_production_masked_swap_config_with_counts_past_expected_m(expected_m, rng):
+    """The heuristics' config for expected_m (swapped, token tile = the fewest power of two >= expected_m), run on
+    counts up to M_max = 2 tiles + 5 rows: a group with more tokens than expected takes more tiles, and is right."""
+    from gemm.testing.emulated import run_grouped_gemm
+    groups, n, k = 4, 136, 256
+    config = choose_grouped_config("masked", expected_m, n, k, groups, H100)
+    assert config.swap_ab
+    m_max = 2 * config.block_m + 5
+    masked_m = rng.permutation([0, m_max, expected_m, int(rng.integers(expected_m + 1, m_max + 1))]).astype(np.int32)
+    print(f"{config.describe()}; masked_m {masked_m.tolist()} of {m_max}")
+    problem = small_integer_masked_problem(groups, m_max, n, k, rng)
+    d = run_grouped_gemm(config, *problem, masked_m, sm_count=3, seed=int(rng.integers(1000)))
+    assert_masked_exact(d, *problem, masked_m)
+
+
 def test_masked_swap_ab_counts_outside_0_to_m_max_are_clamped(rng):
     """Counts the host did not check: negative -> no rows, past M_max -> M_max rows (nothing outside the group)."""
     from gemm.testing.emulated import run_grouped_gemm
@@ -114,6 +132,33 @@ def test_random_masked_swap_configs_and_counts(repeat, rng):
     assert_masked_exact(d, *problem, masked_m)
 
 
+# ------------------------------------------------------------------------------------------- assembly
+@pytest.mark.parametrize("expected_m, n, k, groups", [(16, 4096, 7168, 8), (32, 7168, 2048, 16), (1, 4096, 7168, 8),
+                                                      (64, 4096, 7168, 8)])
+def test_masked_swap_ab_kernels_assemble_clean(expected_m, n, k, groups):
+    """Production's swapped masked kernels at DeepSeek-V3 MoE shapes (and, for expected_m = 64, the largest tile,
+    64 tokens by 128 weight rows): no spills, no ptxas warning; the wgmma's N is the token tile, every stmatrix the
+    transposing one (SASS STSM .MT88), and the row-masked copy of a group's last tile (ld.shared + st.global v4) is
+    there beside the TMA store."""
+    from ptx.compile import compile_ptx
+    from ptx.sass import disassemble, opcode_counts
+    if expected_m <= SWAP_AB_MAX_M:
+        config = choose_grouped_config("masked", expected_m, n, k, groups, H100)
+        assert config.swap_ab and config.persistent and config.block_n == 64
+    else:
+        config = masked_swap_config(block_m=64, block_n=128, stages=6, raster_group=8)
+    ptx = generate(config, n, k)
+    assert f"m64n{config.block_m}k32" in ptx and ".trans.shared.b16" in ptx and "st.global.v4.b32" in ptx
+    cubin = compile_ptx(ptx)
+    assert_clean_resources(cubin, KERNEL)
+    assert not cubin.warnings, cubin.warnings
+    sass = disassemble(cubin)
+    stores = [i.text.split()[0] for i in sass if i.text.startswith("STSM")]
+    assert stores and all(".MT88" in opcode for opcode in stores), stores
+    ops = opcode_counts(sass)
+    assert ops["QGMMA"] >= 4 and ops["UTMASTG"] >= 1 and ops["STG"] >= 1, ops
+
+
 # ------------------------------------------------------------------------------------------- configs
 def test_swap_ab_refuses_the_contiguous_layout_and_says_why():
     with pytest.raises(ValueError, match=r"gemm_type='normal' or 'masked', got 'contiguous'.*pads every group to 128"):
@@ -122,6 +167,47 @@ def test_swap_ab_refuses_the_contiguous_layout_and_says_why():
         KernelConfig(gemm_type="masked", swap_ab=True, block_m=16, block_n=64, persistent=False)
     with pytest.raises(ValueError, match="multicast"):
         KernelConfig(gemm_type="masked", swap_ab=True, block_m=16, block_n=64, multicast=2)
+
+
+@pytest.mark.parametrize("expected_m, block_m", [(1, 8), (7, 8), (8, 8), (9, 16), (16, 16), (17, 32), (32, 32)])
+@pytest.mark.parametrize("n, k, groups", [(4096, 7168, 8), (7168, 2048, 16), (200, 384, 3)])
+def test_masked_decode_swaps(expected_m, block_m, n, k, groups):
+    from gemm.heuristics import MAX_STAGES
+    from gemm.kernel import SharedPlan
+    from gemm.kernel.config import max_stages
+    config = choose_grouped_config("masked", expected_m, n, k, groups, H100)
+    assert (config.swap_ab, config.block_m, config.block_n, config.persistent) == (True, block_m, 64, True)
+    assert config.gemm_type == "masked" and config.split_k == 1 and config.epilogue == "tma"
+    assert config.stages == max_stages(config, n, k, limit=MAX_STAGES) == MAX_STAGES  # small stages: all fit
+    SharedPlan(config, n, k).check()
+
+
+@pytest.mark.parametrize("expected_m, n", [(SWAP_AB_MAX_M + 1, 4096), (64, 7168), (16, 204)])
+def test_masked_does_not_swap_past_decode_or_without_the_tma_epilogue(expected_m, n):
+    config = choose_grouped_config("masked", expected_m, n, 7168, 8, H100)
+    assert not config.swap_ab and config.block_m >= 64
+
+
+def test_allow_swap_ab_false_gives_the_unswapped_masked_config():
+    swapped = choose_grouped_config("masked", 16, 4096, 7168, 8, H100)
+    unswapped = choose_grouped_config("masked", 16, 4096, 7168, 8, H100, allow_swap_ab=False)
+    assert swapped.swap_ab and not unswapped.swap_ab and unswapped.block_m == 64
+    contiguous = choose_grouped_config("contiguous", 4096, 4096, 7168, 8, H100)
+    assert not contiguous.swap_ab
+
+
+def test_masked_calls_choose_swap_from_expected_m_and_keep_overrides(rng):
+    """dispatch.choose: expected_m (the heuristics' M) <= 32 picks the swapped kernel whatever M_max is; a caller's
+    config, swapped or not, is taken as given."""
+    from gemm import dispatch
+    from test_grouped import check_masked_call, masked_args
+    args = check_masked_call(masked_args(rng, m_max=256), expected_m=16)
+    assert dispatch.choose(args, heuristic_m=16).swap_ab
+    assert not dispatch.choose(args, heuristic_m=128).swap_ab
+    unswapped = KernelConfig(gemm_type="masked", block_m=64, block_n=64, stages=4)
+    assert dispatch.choose(args, unswapped, heuristic_m=16) is unswapped
+    swapped = masked_swap_config(block_m=32, block_n=128, stages=4)
+    assert dispatch.choose(args, lambda m, n, k: swapped, heuristic_m=200) is swapped
 
 
 # ------------------------------------------------------------------------------------------- GPU
@@ -136,6 +222,25 @@ def _gpu_masked_swap(groups, m_max, n, k, masked_m, expected_m, rng, config=None
                                       _cuda(np.asarray(masked_m, np.int32)), expected_m, config=config)
     torch.cuda.synchronize()
     check_masked(_host(out), a, sa, b, sb, masked_m)
+
+
+def _random_counts(groups, m_max, expected_m, rng):
+    """Around expected_m (0.7x to 1.3x, DeepGEMM's test), with 0, 1, M_max and one past 1.3x expected_m."""
+    masked_m = np.clip((expected_m * rng.uniform(0.7, 1.3, groups)).astype(np.int32), 0, m_max)
+    masked_m[:4] = [0, 1, m_max, min(m_max, 2 * expected_m + 3)][:groups]
+    return rng.permutation(masked_m).astype(np.int32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("groups, m_max, n, k, expected_m", [
+    (8, 128, 4096, 7168, 16), (16, 64, 7168, 2048, 32), (8, 256, 7168, 2048, 8), (4, 37, 200, 384, 5),
+    (16, 32, 4096, 7168, 32)])
+def test_masked_swap_ab_on_the_gpu(groups, m_max, n, k, expected_m, rng):
+    """Production's config (swapped at these expected_m) on DeepSeek-V3 MoE decode shapes and a ragged one."""
+    assert choose_grouped_config("masked", min(expected_m, m_max), n, k, groups).swap_ab
+    masked_m = _random_counts(groups, m_max, expected_m, rng)
+    print(f"masked_m {masked_m.tolist()}")
+    _gpu_masked_swap(groups, m_max, n, k, masked_m, expected_m, rng)
 
 
 GPU_MASKED_SWAP_CONFIGS = {
@@ -156,6 +261,37 @@ def test_masked_swap_ab_configs_on_the_gpu(name, groups, m_max, n, k, rng):
     masked_m = rng.permutation(masked_m)
     print(f"masked_m {masked_m.tolist()}")
     _gpu_masked_swap(groups, m_max, n, k, masked_m, 16, rng, config=config)
+
+
+@pytest.mark.gpu
+def test_masked_swap_ab_in_a_cuda_graph_replays_with_new_counts(rng):
+    """Captured once at expected_m = 16 (swapped); replays with counts from 0 to M_max = 128 (eight times the
+    expected rows: more tiles than expected) into a NaN-poisoned out."""
+    import gemm
+    torch = pytest.importorskip("torch")
+    groups, m_max, n, k, expected_m = 8, 128, 4096, 7168, 16
+    assert choose_grouped_config("masked", expected_m, n, k, groups).swap_ab
+    a, sa, b, sb = masked_problem(groups, m_max, n, k, rng)
+    ta, tsa, tb, tsb = _cuda(a), gemm.masked_sa_to_mn_major(_cuda(sa)), _cuda(b), _cuda(sb)
+    counts = torch.zeros(groups, dtype=torch.int32, device="cuda")
+    out = _nan_out((groups, m_max, n))
+
+    def call():
+        gemm.m_grouped_fp8_gemm_nt_masked((ta, tsa), (tb, tsb), out, counts, expected_m)
+    call()  # compile and load outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for replay in range(4):
+        masked_m = _random_counts(groups, m_max, expected_m, rng)
+        masked_m[replay % groups] = [0, 1, m_max, 17][replay]
+        print(f"replay {replay}: masked_m {masked_m.tolist()}")
+        counts.copy_(torch.from_numpy(masked_m))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_masked(_host(out), a, sa, b, sb, masked_m)
 
 
 @pytest.mark.gpu
