@@ -309,3 +309,18 @@ def test_masked_swap_ab_is_exact_on_small_integers_on_the_gpu(name, rng):
                                       _cuda(masked_m), 16, config=masked_swap_config(**GPU_MASKED_SWAP_CONFIGS[name]))
     torch.cuda.synchronize()
     assert_masked_exact(_host(out), *problem, masked_m)
+
+
+# ------------------------------------------------------------------------------------------- bench shapes
+def test_the_grouped_bench_times_masked_decode_beside_the_unswapped_kernel():
+    """The MoE decode shapes (at most 4: the full bench stays short) are in the grouped bench and in
+    ``bench dense --grouped``; production swaps on each, and the grouped bench also times the unswapped kernel
+    there (and only there)."""
+    from gemm.testing.bench_grouped import MASKED_DECODE_SHAPES, MASKED_SHAPES, grouped_shapes, unswapped_masked_config
+    assert 1 <= len(MASKED_DECODE_SHAPES) <= 4
+    for groups, m, n, k in MASKED_DECODE_SHAPES:
+        assert ("masked", groups, m, n, k) in grouped_shapes()
+        assert choose_grouped_config("masked", m, n, k, groups).swap_ab
+        unswapped = unswapped_masked_config(groups, m, n, k)
+        assert unswapped.gemm_type == "masked" and not unswapped.swap_ab
+    assert all(unswapped_masked_config(*shape) is None for shape in MASKED_SHAPES)
