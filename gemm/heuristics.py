@@ -212,7 +212,7 @@ def swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
     M <= 32 shapes (1 x 7168 x 2048 +18%, 16 x 2112 x 7168 +5%, 32 x 4096 x 7168 +1%); on an H200 a swapped 64 x 64
     tile lost 26% to the unswapped 64 x 16 at 64 x 2112 x 7168 (results/sweep_swap_ab_h200_m64.json), hence the
     bound. Weight tiles of 128 rows and more stages were no better."""
-    block_m = max(8, 1 << (m - 1).bit_length())
+    block_m = swap_ab_token_rows(m)
     tile_count = ceil_div(n, SWAP_AB_BLOCK_N)
     persistent = tile_count > device.sm_count
     split_k = decode_split_k(m, k, tile_count, device.sm_count)
@@ -220,6 +220,27 @@ def swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
                           registers=REGISTERS, persistent=persistent,
                           raster_group=raster_group(block_m, SWAP_AB_BLOCK_N, device.sm_count) if persistent else 0,
                           pdl=not persistent, split_k=split_k, swap_ab=True)
+    return config.replace(stages=max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit))
+
+
+def swap_ab_token_rows(m: int) -> int:
+    """A swapped tile's token rows (wgmma's N) for M (or expected) rows: the fewest power of two >= M, at least 8."""
+    return max(8, 1 << (m - 1).bit_length())
+
+
+def masked_swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
+    """The masked grouped GEMM at decode (MoE: ``m`` = expected_m <= SWAP_AB_MAX_M tokens per expert, a BF16 D
+    through the TMA epilogue): the dense decode kernel's swapped tile (:func:`swap_ab_config`: the fewest power-of-two
+    token rows >= expected_m, at least 8, by 64 weight rows), persistent as every masked kernel, as many stages as
+    fit. A group whose count exceeds expected_m takes more token tiles; the kernel stays correct for any count in
+    0..M_max. No split K: the split kernel runs one tile per cluster, not the persistent walk the masked counts need,
+    and G x N/64 tiles (8 x 64 = 512 at N = 4096) already outnumber the SMs. Not measured on a GPU yet; the dense
+    kernel's measurements (:func:`swap_ab_config`) are why it is chosen."""
+    block_m = swap_ab_token_rows(m)
+    config = KernelConfig(block_m=block_m, block_n=SWAP_AB_BLOCK_N, stages=2, producer="warpgroup",
+                          registers=REGISTERS, persistent=True,
+                          raster_group=raster_group(block_m, SWAP_AB_BLOCK_N, device.sm_count), gemm_type="masked",
+                          swap_ab=True)
     return config.replace(stages=max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit))
 
 
@@ -349,7 +370,7 @@ GROUPED_BLOCK_M = {"contiguous": (64, 128), "masked": (64, 128, 256)}
 
 
 def choose_grouped_config(gemm_type: str, m: int, n: int, k: int, groups: int,
-                          device: DeviceFacts | None = None) -> KernelConfig:
+                          device: DeviceFacts | None = None, *, allow_swap_ab: bool = True) -> KernelConfig:
     """The config of an m-grouped GEMM (``gemm_type`` "contiguous" or "masked", :mod:`gemm.grouped`) on ``device``.
 
     ``m``: contiguous, the rows of A (the sum of the groups' aligned rows, padding included); masked, the rows a
@@ -357,17 +378,22 @@ def choose_grouped_config(gemm_type: str, m: int, n: int, k: int, groups: int,
     comes from the dense cost model (:func:`choose_blocks`) with BLOCK_M in :data:`GROUPED_BLOCK_M` and the masked
     tiles counted per group; stages as many as fit; no multicast (both CTAs of a cluster would have to be in one
     group). Contiguous runs one CTA per tile when the tiles fit in one wave, else persistent like the dense kernel;
-    masked is always persistent (its walk follows the device's counts)."""
-    return _choose_grouped_config(gemm_type, m, n, k, groups, device or device_facts(), post_passes())
+    masked is always persistent (its walk follows the device's counts). Masked decode (expected_m <= SWAP_AB_MAX_M,
+    N % 8 == 0 for the TMA epilogue) swaps A and B (:func:`masked_swap_ab_config`); ``allow_swap_ab=False`` gives the
+    unswapped kernel's choice there too (what it ran before, for comparisons: ``python -m gemm bench grouped``)."""
+    return _choose_grouped_config(gemm_type, m, n, k, groups, device or device_facts(), post_passes(),
+                                  allow_swap_ab)
 
 
 @functools.lru_cache(maxsize=1024)
 def _choose_grouped_config(gemm_type: str, m: int, n: int, k: int, groups: int, device: DeviceFacts,
-                           passes: tuple[str, ...]) -> KernelConfig:
+                           passes: tuple[str, ...], allow_swap_ab: bool = True) -> KernelConfig:
     if gemm_type not in GROUPED_BLOCK_M:
         raise ValueError(f"gemm_type must be one of {sorted(GROUPED_BLOCK_M)}, got {gemm_type!r}")
     epilogue = "tma" if n % 8 == 0 else "staged"
     masked = gemm_type == "masked"
+    if masked and allow_swap_ab and m <= SWAP_AB_MAX_M and epilogue == "tma":
+        return _printed(masked_swap_ab_config(m, n, k, device).replace(post_passes=passes), gemm_type, m, n, k, groups)
 
     def fits(block_m: int, block_n: int) -> bool:
         if block_m not in GROUPED_BLOCK_M[gemm_type]:
@@ -384,11 +410,16 @@ def _choose_grouped_config(gemm_type: str, m: int, n: int, k: int, groups: int, 
                           epilogue=epilogue, gemm_type=gemm_type)
     config = config.replace(stages=max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit),
                             post_passes=passes)
+    return _printed(config, gemm_type, m, n, k, groups)
+
+
+def _printed(config: KernelConfig, gemm_type: str, m: int, n: int, k: int, groups: int) -> KernelConfig:
     if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
         print(f"m-grouped {gemm_type} M={m} N={n} K={k} G={groups}: {config.describe()}")
     return config
 
 
 __all__ = ["choose_config", "choose_blocks", "choose_grouped_config", "choose_wgrad_config", "GROUPED_BLOCK_M",
+           "swap_ab_config", "masked_swap_ab_config", "swap_ab_token_rows",
            "raster_group", "device_facts", "DeviceFacts", "H100", "set_num_sms",
            "get_num_sms"]

@@ -264,11 +264,14 @@ def test_grouped_kernels_take_the_layout_and_g_and_dense_ones_do_not():
     ("masked", 1024, 4096, 7168, 1), ("masked", 64, 7168, 2048, 8), ("masked", 1, 4096, 7168, 4),
     ("masked", 100, 200, 384, 3)])
 def test_grouped_heuristics(kind, m, n, k, groups):
-    from gemm.heuristics import GROUPED_BLOCK_M, choose_grouped_config
-    from gemm.kernel.config import SharedPlan
+    from gemm.heuristics import GROUPED_BLOCK_M, SWAP_AB_MAX_M, choose_grouped_config
+    from gemm.kernel.config import SWAP_AB_BLOCK_M, SharedPlan
     config = choose_grouped_config(kind, m, n, k, groups)
     print(config.describe())
-    assert config.gemm_type == kind and config.multicast == 1 and config.block_m in GROUPED_BLOCK_M[kind]
+    swapped = kind == "masked" and m <= SWAP_AB_MAX_M and n % 8 == 0  # decode: tests/test_masked_swap_ab.py
+    assert config.swap_ab == swapped
+    assert config.gemm_type == kind and config.multicast == 1
+    assert config.block_m in (SWAP_AB_BLOCK_M if swapped else GROUPED_BLOCK_M[kind])
     assert config.persistent or kind == "contiguous"
     assert config.stages >= 3
     SharedPlan(config, n, k).check()

@@ -110,7 +110,7 @@ def test_swap_ab_kernels_assemble_clean(m, n, k, block_m, block_n, split_k):
     (dict(block_m=16, block_n=64, epilogue="staged"), "epilogue='tma'"),
     (dict(block_m=16, block_n=64, out_dtype="f32"), "out_dtype='bf16'"),
     (dict(block_m=16, block_n=64, accumulators=2), "accumulators=1"),
-    (dict(block_m=16, block_n=64, gemm_type="masked", persistent=True), "gemm_type='normal'"),
+    (dict(block_m=16, block_n=64, gemm_type="contiguous"), "gemm_type='normal' or 'masked', got 'contiguous'"),
     (dict(block_m=16, block_n=64, b_scales="1x128"), "b_scales='128x128'"),
     (dict(block_m=16, block_n=64, l2_prefetch=4), "l2_prefetch=0"),
     (dict(block_m=16, block_n=64, d_buffer=(16, 64)), "d_buffer=None"),

@@ -68,7 +68,10 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   operands' roles in the wgmma change. The accumulators hold D transposed (weight rows x tokens): the promotion
   multiplies each by the weight block's scale times its column's (token's) scale, read from the stage's sa like
   wgrad's column scales, and the TMA epilogue writes them back transposed with ``stmatrix .trans`` into the usual
-  D tile, so D, its tensor map and its TMA stores are unchanged.
+  D tile, so D, its tensor map and its TMA stores are unchanged. The dense GEMM and the masked grouped one (MoE
+  decode: a few tokens per expert) take it; since the tile's rows, boxes and D tile are the unswapped ones, the
+  masked walk, the groups' row offsets and the row-bounded store of the last tile of a group carry over as they are.
+  Not the contiguous GEMM: its groups are padded to 128 rows, so there are no missing rows to skip.
 """
 from __future__ import annotations
 
@@ -248,7 +251,12 @@ class KernelConfig:
             raise ValueError(f"swap_ab: block_m is wgmma's N, one of {SWAP_AB_BLOCK_M} (a power of two, the tile "
                              f"scheduler divides by shifts), and block_n the weight rows, 64 or 128 (one or two math "
                              f"warpgroups of 64); got {self.block_m}x{self.block_n}")
-        needs = {"producer": ("warpgroup", "the warpgroup producer"), "gemm_type": ("normal", "the dense GEMM"),
+        if self.gemm_type == "contiguous":
+            raise ValueError("swap_ab takes gemm_type='normal' or 'masked', got 'contiguous': the contiguous layout "
+                             f"pads every group to {CONTIGUOUS_ALIGNMENT} rows and serves groups of hundreds of "
+                             "tokens (prefill, training), so its tiles have no missing rows for an 8-32-row token "
+                             "tile to skip (swap AB's only gain); it is neither tested nor measured swapped")
+        needs = {"producer": ("warpgroup", "the warpgroup producer"),
                  "b_scales": ("128x128", "the weight's block scales, one per 64-row warpgroup"),
                  "multicast": (1, "no cluster pair"), "epilogue": ("tma", "the TMA epilogue's transposed stmatrix"),
                  "out_dtype": ("bf16", "a BF16 D"), "accumulate": (False, "a BF16 D, overwritten"),
@@ -256,7 +264,7 @@ class KernelConfig:
                  "l2_prefetch": (0, "no L2 prefetch")}
         for field, (wanted, why) in needs.items():
             if getattr(self, field) != wanted:
-                raise ValueError(f"swap_ab (the dense decode kernel) needs {field}={wanted!r} ({why}), "
+                raise ValueError(f"swap_ab (the decode kernel) needs {field}={wanted!r} ({why}), "
                                  f"got {getattr(self, field)!r}")
 
     @property

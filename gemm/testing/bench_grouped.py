@@ -1,8 +1,10 @@
-"""``python -m gemm bench grouped``: the MoE m-grouped GEMMs (contiguous and masked) on DeepGEMM's grouped shapes.
+"""``python -m gemm bench grouped``: the MoE m-grouped GEMMs (contiguous and masked) on DeepGEMM's grouped shapes
+and on MoE decode shapes (masked, a few tokens per expert).
 
 Each is checked (NaN-poisoned out, sampled rows per group against float64) and timed with the one timer; the
-contiguous ones also beside our dense ``fp8_gemm_nt`` at the same total M. Writes ``results/grouped_bench.json``,
-with the host time of one grouped call without a graph.
+contiguous ones also beside our dense ``fp8_gemm_nt`` at the same total M, and the masked ones whose production
+kernel swaps A and B (decode) beside the unswapped kernel (``choose_grouped_config(..., allow_swap_ab=False)``), a
+row of its own in the same run. Writes ``results/grouped_bench.json``.
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ from gemm.testing.timer import bench_kernel
 CONTIGUOUS_SHAPES = [(4, 8192, 4096, 7168), (4, 8192, 7168, 2048), (8, 4096, 4096, 7168), (8, 4096, 7168, 2048)]
 MASKED_SHAPES = [(1, 1024, 4096, 7168), (1, 1024, 7168, 2048), (2, 512, 4096, 7168), (2, 512, 7168, 2048),
                  (4, 256, 4096, 7168), (4, 256, 7168, 2048)]
+# MoE decode (DeepEP low-latency: each expert gets a few tokens), DeepSeek-V3 per GPU: 16 or 8 local experts (EP 16
+# or 32 of 256), 32 or 16 tokens each, the up/gate (N = 4096, K = 7168) and down (N = 7168, K = 2048) projections;
+# masked_m = M_max = expected_m = M, as above. Production swaps A and B here (gemm.heuristics.masked_swap_ab_config).
+MASKED_DECODE_SHAPES = [(16, 32, 4096, 7168), (16, 32, 7168, 2048), (8, 16, 4096, 7168), (8, 16, 7168, 2048)]
 GROUPED_COLUMNS = [
     Column("layout", "layout", align="left"), Column("groups", "G"), Column("m_per_group", "M/group"),
     Column("n", "N"), Column("k", "K"), Column("config", "config", align="left"),
@@ -66,7 +72,9 @@ class GroupedProblem:
         return grouped_bytes(self.groups * self.m, self.n, self.k, self.groups)
 
 
-def grouped_problem(layout: str, groups: int, m: int, n: int, k: int, rng) -> GroupedProblem:
+def grouped_problem(layout: str, groups: int, m: int, n: int, k: int, rng, config=None) -> GroupedProblem:
+    """``config``: a KernelConfig to run instead of the heuristics' (e.g. the unswapped masked kernel; None: the call
+    chooses, as production's do)."""
     import torch
     from gemm.grouped import m_grouped_fp8_gemm_nt_contiguous, m_grouped_fp8_gemm_nt_masked
     from gemm.heuristics import choose_grouped_config
@@ -75,17 +83,17 @@ def grouped_problem(layout: str, groups: int, m: int, n: int, k: int, rng) -> Gr
     if layout == "contiguous":
         out = torch.empty((groups * m, n), dtype=torch.bfloat16, device="cuda")
         layout_array = torch.arange(groups, dtype=torch.int32, device="cuda").repeat_interleave(m)
-        config = choose_grouped_config(layout, groups * m, n, k, groups)
+        chosen = config or choose_grouped_config(layout, groups * m, n, k, groups)
 
         def launch(stream):
-            m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, sb), out, layout_array, stream=stream)
+            m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, sb), out, layout_array, stream=stream, config=config)
     else:
         out = torch.empty((groups, m, n), dtype=torch.bfloat16, device="cuda")
         layout_array = torch.full((groups,), m, dtype=torch.int32, device="cuda")
-        config = choose_grouped_config(layout, m, n, k, groups)
+        chosen = config or choose_grouped_config(layout, m, n, k, groups)
 
         def launch(stream):
-            m_grouped_fp8_gemm_nt_masked((a, sa), (b, sb), out, layout_array, m, stream=stream)
+            m_grouped_fp8_gemm_nt_masked((a, sa), (b, sb), out, layout_array, m, stream=stream, config=config)
     host = lambda t: t.cpu().numpy()  # noqa: E731
     a_host = host(a.view(torch.uint8)).reshape(groups * m, k)
     sa_host = np.ascontiguousarray(host(sa).reshape(groups * m, -1))
@@ -98,18 +106,20 @@ def grouped_problem(layout: str, groups: int, m: int, n: int, k: int, rng) -> Gr
     reference = Reference(np.concatenate(rows), np.concatenate(values), sampled=True)
     payload = grouped_payload(layout, a_host.reshape(a.shape), sa_host.reshape(*a.shape[:-1], -1), b_host, sb_host,
                               host(layout_array), expected_m=m)
-    return GroupedProblem(layout, groups, m, n, k, out, launch, reference, config, payload)
+    return GroupedProblem(layout, groups, m, n, k, out, launch, reference, chosen, payload)
 
 
-def measure_grouped(layout: str, groups: int, m: int, n: int, k: int, rng, timer=None) -> dict:
-    """One row: the grouped GEMM checked (NaN-poisoned out, sampled rows per group vs float64) and timed."""
+def measure_grouped(layout: str, groups: int, m: int, n: int, k: int, rng, timer=None, config=None) -> dict:
+    """One row: the grouped GEMM checked (NaN-poisoned out, sampled rows per group vs float64) and timed;
+    ``config``: a KernelConfig instead of the heuristics'."""
     import torch
     timer = timer or bench_kernel
     row = {"layout": layout, "groups": groups, "m_per_group": m, "n": n, "k": k}
     try:
-        problem = grouped_problem(layout, groups, m, n, k, rng)
+        problem = grouped_problem(layout, groups, m, n, k, rng, config)
         config = problem.config
-        row["config"] = f"{config.block_m}x{config.block_n}, {config.stages} stages"
+        row["config"] = f"{config.block_m}x{config.block_n}, {config.stages} stages" + \
+            (", swap AB" if config.swap_ab else "")
         poison_torch(problem.out)
         problem.launch(None)
         torch.cuda.synchronize()
@@ -123,16 +133,36 @@ def measure_grouped(layout: str, groups: int, m: int, n: int, k: int, rng, timer
     return row
 
 
+def grouped_shapes() -> list[tuple]:
+    """(layout, G, M per group, N, K) of every grouped bench shape: DeepGEMM's, then the MoE decode ones."""
+    return ([("contiguous", *s) for s in CONTIGUOUS_SHAPES]
+            + [("masked", *s) for s in MASKED_SHAPES + MASKED_DECODE_SHAPES])
+
+
+def unswapped_masked_config(groups: int, m: int, n: int, k: int):
+    """The masked kernel production ran before swap AB, where production now swaps (decode); else None."""
+    from gemm.heuristics import choose_grouped_config
+    if not choose_grouped_config("masked", m, n, k, groups).swap_ab:
+        return None
+    return choose_grouped_config("masked", m, n, k, groups, allow_swap_ab=False)
+
+
 def grouped_bench(out: Path | None = Path("results"), rng=None) -> list[dict]:
-    """Check and time both grouped layouts on DeepGEMM's grouped shapes (:data:`CONTIGUOUS_SHAPES`,
-    :data:`MASKED_SHAPES`); print the table and write grouped_bench.json into ``out`` (None: write nothing)."""
+    """Check and time both grouped layouts on DeepGEMM's grouped shapes and the MoE decode ones
+    (:func:`grouped_shapes`), the swapped masked kernels beside the unswapped; print the table and write
+    grouped_bench.json into ``out`` (None: write nothing)."""
     import torch
     from tqdm import tqdm
     rng = rng or np.random.default_rng()
-    shapes = [("contiguous", *s) for s in CONTIGUOUS_SHAPES] + [("masked", *s) for s in MASKED_SHAPES]
     rows = []
-    for layout, groups, m, n, k in tqdm(shapes, desc="grouped bench", unit="shape"):
+    for layout, groups, m, n, k in tqdm(grouped_shapes(), desc="grouped bench", unit="shape"):
         rows.append(measure_grouped(layout, groups, m, n, k, rng))
+        unswapped = unswapped_masked_config(groups, m, n, k) if layout == "masked" else None
+        if unswapped is not None:  # swap AB's gain, same run: the unswapped kernel as a row of its own
+            swapped = rows[-1]
+            rows.append(measure_grouped(layout, groups, m, n, k, rng, config=unswapped))
+            if swapped.get("ours_us") and rows[-1].get("ours_us"):
+                swapped["vs_unswapped"] = rows[-1]["ours_us"] / swapped["ours_us"]
         if layout == "contiguous":  # the bar: our own dense fp8_gemm_nt at the same total M
             dense = measure_shape(groups * m, n, k, rng, with_peer=False)
             rows[-1].update(dense_tflops=dense.get("ours_tflops"))
@@ -143,6 +173,10 @@ def grouped_bench(out: Path | None = Path("results"), rng=None) -> list[dict]:
         torch.cuda.empty_cache()
     print(format_table(GROUPED_COLUMNS, rows))
     print(GROUPED_NOTE)
+    for row in rows:
+        if "vs_unswapped" in row:
+            print(f"swap AB, masked G={row['groups']} M={row['m_per_group']} N={row['n']} K={row['k']}: "
+                  f"{row['vs_unswapped']:.3f}x the unswapped kernel's speed (same run)")
     for row in rows:
         if "error" in row:
             print(f"{row['layout']} G={row['groups']} M={row['m_per_group']} N={row['n']} K={row['k']}: {row['error']}")
@@ -165,4 +199,5 @@ def run(args) -> int:
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
-__all__ = ["CONTIGUOUS_SHAPES", "MASKED_SHAPES", "GroupedProblem", "grouped_problem", "measure_grouped", "grouped_bench", "grouped_bytes", "run"]
+__all__ = ["CONTIGUOUS_SHAPES", "MASKED_SHAPES", "MASKED_DECODE_SHAPES", "GroupedProblem", "grouped_problem",
+           "grouped_shapes", "unswapped_masked_config", "measure_grouped", "grouped_bench", "grouped_bytes", "run"]

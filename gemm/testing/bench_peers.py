@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from gemm.testing.bench_dense import BENCH_SHAPES, parse_shapes
-from gemm.testing.bench_grouped import CONTIGUOUS_SHAPES, MASKED_SHAPES, grouped_problem
+from gemm.testing.bench_grouped import grouped_problem, grouped_shapes
 from gemm.testing.deepgemm_peer import DeepGemmProcess, dense_payload, parse_deepgemm, start_peers
 from gemm.testing.l2_flush import FLUSHES
 from gemm.testing.peers import CublasBlockwise
@@ -244,7 +244,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help='"bench" (the 18 DeepSeek shapes, 8192^3, and decode / prefill spots; default), '
                              '"deepseek" (the 18) or "M,N,K;M,N,K;..."')
     parser.add_argument("--grouped", action="store_true",
-                        help="add the MoE grouped shapes (contiguous and masked) to the run and the file")
+                        help="add the MoE grouped shapes (contiguous, masked, masked decode) to the run and the "
+                             "file")
     parser.add_argument("--deepgemm", type=parse_deepgemm, action="append", default=[], metavar="NAME=FOLDER",
                         help="a DeepGEMM release tree to time beside ours (repeat for several), e.g. "
                              "deepgemm-2504=/tmp/peers/deepgemm-2504")
@@ -267,8 +268,7 @@ def run(args) -> int:
 
     from gemm.testing.bench_host import describe_overhead, host_overhead
     rng = np.random.default_rng()
-    grouped = ([("contiguous", *s) for s in CONTIGUOUS_SHAPES] + [("masked", *s) for s in MASKED_SHAPES]
-               if args.grouped else [])
+    grouped = grouped_shapes() if args.grouped else []
     jobs = [("dense", 1, m, n, k) for m, n, k in args.shapes] + [tuple(g) for g in grouped]
     processes = start_peers(args.deepgemm, jobs, warm_processes=args.warm_processes)
     rows = []
