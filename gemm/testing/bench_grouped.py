@@ -16,7 +16,7 @@ import numpy as np
 
 from gemm.fp8 import ceil_div
 from gemm.testing.bench_dense import measure_shape
-from gemm.testing.problems import (Reference, check_rows, flops, grouped_inputs, poison_torch, reference_gemm,
+from gemm.testing.problems import (Reference, check_rows, masked_capacity, flops, grouped_inputs, poison_torch, reference_gemm,
                                    torch_output_parts)
 from gemm.testing.records import Column, command_line, device_info, format_table, write_result
 from gemm.testing.timer import bench_kernel
@@ -28,7 +28,8 @@ MASKED_SHAPES = [(1, 1024, 4096, 7168), (1, 1024, 7168, 2048), (2, 512, 4096, 71
                  (4, 256, 4096, 7168), (4, 256, 7168, 2048)]
 # MoE decode (DeepEP low-latency: each expert gets a few tokens), DeepSeek-V3 per GPU: 16 or 8 local experts (EP 16
 # or 32 of 256), 32 or 16 tokens each, the up/gate (N = 4096, K = 7168) and down (N = 7168, K = 2048) projections;
-# masked_m = M_max = expected_m = M, as above. Production swaps A and B here (gemm.heuristics.masked_swap_ab_config).
+# masked_m = expected_m = M in slabs of 128 rows (gemm.testing.problems.masked_capacity). Production swaps A and B here
+# (gemm.heuristics.masked_swap_ab_config).
 MASKED_DECODE_SHAPES = [(16, 32, 4096, 7168), (16, 32, 7168, 2048), (8, 16, 4096, 7168), (8, 16, 7168, 2048)]
 GROUPED_COLUMNS = [
     Column("layout", "layout", align="left"), Column("groups", "G"), Column("m_per_group", "M/group"),
@@ -37,7 +38,7 @@ GROUPED_COLUMNS = [
     Column("ours_gbps", "ours GB/s", "{:.0f}"), Column("dense_tflops", "dense same M TFLOP/s", "{:.0f}"),
     Column("vs_dense", "vs dense", "{:.2f}x"), Column("diff", "diff", "{:.1e}"), Column("status", "status", align="left"),
 ]
-GROUPED_NOTE = ("masked with masked_m = M per group; DeepGEMM and cuBLAS beside ours on these shapes, in the same "
+GROUPED_NOTE = ("masked with masked_m = M per group, in slabs of M rounded up to 128 rows; DeepGEMM and cuBLAS beside ours on these shapes, in the same "
                 "run: python -m gemm bench dense --grouped --deepgemm ... (results/gemm_bench.json)")
 GROUPED_REFERENCE_ROWS = 64  # rows per group checked against float64 (every row is checked for being written)
 
@@ -63,6 +64,13 @@ class GroupedProblem:
     config: object
     payload: dict
 
+    def rows_in_use(self):
+        """D's rows the call defines, as one (rows, N) tensor (masked: each group's first ``m`` of its slab)."""
+        if self.layout != "masked":
+            return self.out
+        from gemm.testing.problems import masked_rows_in_use
+        return masked_rows_in_use(self.out, [self.m] * self.groups)
+
     @property
     def flop_count(self) -> int:
         return flops(self.groups * self.m, self.n, self.k)
@@ -79,7 +87,8 @@ def grouped_problem(layout: str, groups: int, m: int, n: int, k: int, rng, confi
     from gemm.grouped import m_grouped_fp8_gemm_nt_contiguous, m_grouped_fp8_gemm_nt_masked
     from gemm.heuristics import choose_grouped_config
     from gemm.testing.deepgemm_peer import grouped_payload
-    a, sa, b, sb = grouped_inputs(layout, groups, m, n, k)
+    rows = masked_capacity(m) if layout == "masked" else m  # per group, in A and D
+    a, sa, b, sb = grouped_inputs(layout, groups, rows, n, k)
     if layout == "contiguous":
         out = torch.empty((groups * m, n), dtype=torch.bfloat16, device="cuda")
         layout_array = torch.arange(groups, dtype=torch.int32, device="cuda").repeat_interleave(m)
@@ -88,22 +97,23 @@ def grouped_problem(layout: str, groups: int, m: int, n: int, k: int, rng, confi
         def launch(stream):
             m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, sb), out, layout_array, stream=stream, config=config)
     else:
-        out = torch.empty((groups, m, n), dtype=torch.bfloat16, device="cuda")
+        out = torch.empty((groups, rows, n), dtype=torch.bfloat16, device="cuda")
         layout_array = torch.full((groups,), m, dtype=torch.int32, device="cuda")
         chosen = config or choose_grouped_config(layout, m, n, k, groups)
 
         def launch(stream):
             m_grouped_fp8_gemm_nt_masked((a, sa), (b, sb), out, layout_array, m, stream=stream, config=config)
     host = lambda t: t.cpu().numpy()  # noqa: E731
-    a_host = host(a.view(torch.uint8)).reshape(groups * m, k)
-    sa_host = np.ascontiguousarray(host(sa).reshape(groups * m, -1))
+    a_host = host(a.view(torch.uint8)).reshape(groups * rows, k)
+    sa_host = np.ascontiguousarray(host(sa).reshape(groups * rows, -1))
     b_host, sb_host = host(b.view(torch.uint8)), host(sb)
-    rows, values = [], []
-    for g in range(groups):  # sampled rows of each group, against float64
-        index = g * m + np.sort(rng.choice(m, size=min(m, GROUPED_REFERENCE_ROWS), replace=False))
-        rows.append(index)
-        values.append(reference_gemm(a_host[index], sa_host[index], b_host[g], sb_host[g]))
-    reference = Reference(np.concatenate(rows), np.concatenate(values), sampled=True)
+    picked, values = [], []
+    for g in range(groups):  # sampled rows of each group, against float64; indexed among the rows in use
+        chosen_rows = np.sort(rng.choice(m, size=min(m, GROUPED_REFERENCE_ROWS), replace=False))
+        picked.append(g * m + chosen_rows)
+        values.append(reference_gemm(a_host[g * rows + chosen_rows], sa_host[g * rows + chosen_rows], b_host[g],
+                                     sb_host[g]))
+    reference = Reference(np.concatenate(picked), np.concatenate(values), sampled=True)
     payload = grouped_payload(layout, a_host.reshape(a.shape), sa_host.reshape(*a.shape[:-1], -1), b_host, sb_host,
                               host(layout_array), expected_m=m)
     return GroupedProblem(layout, groups, m, n, k, out, launch, reference, chosen, payload)
@@ -123,7 +133,7 @@ def measure_grouped(layout: str, groups: int, m: int, n: int, k: int, rng, timer
         poison_torch(problem.out)
         problem.launch(None)
         torch.cuda.synchronize()
-        check = check_rows(*torch_output_parts(problem.out, problem.reference.rows), problem.reference)
+        check = check_rows(*torch_output_parts(problem.rows_in_use(), problem.reference.rows), problem.reference)
         timing = timer(problem.launch)
         row.update(ours_us=timing.median_us, ours_min_us=timing.min_us, pairs=timing.pairs,
                    ours_tflops=timing.tflops(problem.flop_count), ours_gbps=timing.gbps(problem.byte_count),

@@ -49,15 +49,16 @@ class Contender:
     time: Callable[[], dict]
 
 
-def _local(name: str, launch, out, reference, timer) -> Contender:
-    """A contender in this process: ``launch(stream)`` enqueues one call."""
+def _local(name: str, launch, out, reference, timer, rows_in_use=None) -> Contender:
+    """A contender in this process: ``launch(stream)`` enqueues one call; ``rows_in_use()``: the part of ``out`` the
+    call defines (masked grouped: each group's rows in use), all of it by default."""
     import torch
 
     def check():
         poison_torch(out)
         launch(torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()
-        return check_rows(*torch_output_parts(out, reference.rows), reference)
+        return check_rows(*torch_output_parts(rows_in_use() if rows_in_use else out, reference.rows), reference)
 
     def timed():
         timing = timer(launch)
@@ -146,7 +147,7 @@ def grouped_row(layout: str, groups: int, m: int, n: int, k: int, rng, deepgemm:
         row.update(status="failed", errors={OURS: f"{type(error).__name__}: {error}"})
         return row
     key = (layout, groups, m, n, k)
-    make = [(OURS, lambda: _local(OURS, problem.launch, problem.out, problem.reference, timer))]
+    make = [(OURS, lambda: _local(OURS, problem.launch, problem.out, problem.reference, timer, problem.rows_in_use))]
     make += [(p.tree.name, lambda p=p: _remote(p, key, problem.payload, problem.reference, flush)) for p in deepgemm]
     try:
         return run_contenders(row, make, problem.flop_count, problem.byte_count, rounds)

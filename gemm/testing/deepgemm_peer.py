@@ -187,6 +187,7 @@ class _Loaded:
 
     def __init__(self, deep_gemm, torch, payload: dict, device: str):
         self.torch = torch
+        self.counts = None  # masked: each group's count of rows in use
         kind = payload["kind"]
 
         def fp8(host):
@@ -209,6 +210,7 @@ class _Loaded:
         else:
             masked_m, expected_m = torch.from_numpy(payload["layout_array"]).to(device), payload["expected_m"]
             self._call = lambda: function((a, sa), (b, sb), self.out, masked_m, expected_m)
+            self.counts = payload["layout_array"]  # rows past a group's count are not the kernel's to write
         self._launch = torch_launch(lambda: self._call())
 
     def _wgrad(self, deep_gemm, torch, payload: dict, device: str, a, b) -> None:
@@ -241,6 +243,9 @@ class _Loaded:
             self.torch.cuda.synchronize()
         else:  # a CPU stand-in for DeepGEMM (the tests' fake tree): nothing to enqueue on
             self._call()
+        if self.counts is not None:
+            from gemm.testing.problems import masked_rows_in_use
+            return torch_output_parts(masked_rows_in_use(self.out, self.counts), rows)
         return torch_output_parts(self.out, rows)
 
 
@@ -301,6 +306,7 @@ def _warm_jobs(jobs: list[list], calls: int = 1) -> int:
     random data."""
     import torch
     import deep_gemm
+    from gemm.testing.problems import masked_capacity
     failures = 0
     for kind, groups, m, n, k in jobs:
         if kind == "wgrad":  # one kernel per (M, N, K) in DeepGEMM 2507 (its K is a template argument)
@@ -308,7 +314,7 @@ def _warm_jobs(jobs: list[list], calls: int = 1) -> int:
             continue
         try:
             rows = m * groups if kind == "contiguous" else m
-            a_shape = (groups, m, k) if kind == "masked" else (rows, k)
+            a_shape = (groups, masked_capacity(m), k) if kind == "masked" else (rows, k)
             a = torch.randn(a_shape, device="cuda").to(torch.float8_e4m3fn)
             sa = deep_gemm.get_col_major_tma_aligned_tensor(torch.ones((*a_shape[:-1], k // 128), device="cuda"))
             b_shape = (n, k) if kind == "dense" else (groups, n, k)

@@ -203,6 +203,23 @@ def poison_torch(tensor) -> None:
     tensor.fill_(float("nan"))
 
 
+MASKED_CAPACITY = 128  # a masked slab's rows (M_max): DeepGEMM's masked kernel needs M_max % BLOCK_M == 0 (64, 128)
+
+
+def masked_capacity(m: int) -> int:
+    """M_max of a masked problem of ``m`` rows per group: ``m`` rounded up to MASKED_CAPACITY, as a dispatcher pads
+    each expert's slab (DeepGEMM's six masked shapes are multiples already; decode's 16-32 tokens sit in 128-row
+    slabs)."""
+    return ceil_div(m, MASKED_CAPACITY) * MASKED_CAPACITY
+
+
+def masked_rows_in_use(out, counts):
+    """The rows a masked grouped GEMM defines, ``out[g, :counts[g]]`` for every group, as one (sum counts, N) tensor:
+    what a check reads (rows past a group's count are not the kernel's to write)."""
+    import torch
+    return torch.cat([out[g, :int(count)] for g, count in enumerate(counts)])
+
+
 def grouped_inputs(layout: str, groups: int, m: int, n: int, k: int, device="cuda"):
     """Quantized on the GPU (gemm's torch casts): a (G*m, K) or (G, m, K) with its scales in the kernel's layout,
     b (G, N, K), sb (G, ceil(N/128), K/128)."""
@@ -221,4 +238,5 @@ def grouped_inputs(layout: str, groups: int, m: int, n: int, k: int, device="cud
 __all__ = ["BF16_NAN_BITS", "DIFF_LIMIT", "random_problem", "reference_gemm", "flops", "gemm_bytes", "Reference",
            "reference_rows", "check_output", "check_rows", "torch_output_parts", "DeviceProblem", "device_problem",
            "mn_major_view", "checked_run", "TorchProblem", "grouped_inputs", "torch_available", "torch_fp8",
-           "torch_m_major", "torch_bits", "poison_torch"]
+           "torch_m_major", "torch_bits", "poison_torch", "masked_rows_in_use",
+           "masked_capacity", "MASKED_CAPACITY"]
