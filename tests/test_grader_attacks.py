@@ -190,8 +190,9 @@ def test_an_expression_that_explodes_is_refused(tmp_path):
 # ------------------------------------------------------------------------------- the red team's routes (session 19)
 @pytest.mark.parametrize("route, refusal", [
     # a directory descriptor and a path relative to it: the audit event shows only the relative path
+    # (refused as a read since only the system's directories are readable; as a directory descriptor before that)
     ("import os\n_d = os.open('/', os.O_RDONLY)\n_own = os.open('work/main/ptx/vocab/wgmma.py', os.O_RDONLY, dir_fd=_d)\n",
-     "refuses opening the directory"),
+     "refuses reading /"),
     ("import os\n_own = open('../../../../work/main/ptx/vocab/wgmma.py').read()\n", "no '..'"),
     # other processes: the parent's environment holds the grader's secret, the judge's memory its nonce
     ("import os\n_own = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n", "refuses reading /proc/"),
@@ -323,3 +324,61 @@ def test_a_huge_answer_makes_a_short_report():
     from lessons.grading.rubric import DETAIL_LIMIT, check_result
     detail = check_result("rule", "technique", False, "x" * (50 * DETAIL_LIMIT))["detail"]
     assert len(detail) < DETAIL_LIMIT + 100 and detail.endswith("more characters cut]")
+
+
+# ------------------------------------------------------------------------------- the red team of exercise 15
+def test_another_copy_of_the_project_outside_the_repository_cannot_be_read(tmp_path):
+    """A second checkout, a clone in /tmp, a docs build: the answer under a path the grader cannot know. The
+    sandbox reads only the working directory, its copy of the project, the Python installation and the system."""
+    other = tmp_path / "elsewhere" / "ptx" / "vocab"
+    other.mkdir(parents=True)
+    (other / "wgmma.py").write_text((ROOT / "ptx" / "vocab" / "wgmma.py").read_text())
+    report = run(tmp_path, f"import runpy\n_own = runpy.run_path({str(other / 'wgmma.py')!r})\n" + UNFILLED)
+    assert not report["passed"] and "refuses reading" in failed_details(report), grader.summary(report)
+
+
+@pytest.mark.parametrize("source", [
+    # the student's own object, its method named like the hole: not the stage's function
+    '''
+    class Fragment:
+        def token_column(self, register, lane):
+            return 8 * (register // 4) + 2 * (lane % 4) + register % 2
+    token_column = Fragment().token_column
+    ''',
+    # Numba, which loads its libraries through ctypes: set up before the sandbox refuses ctypes
+    '''
+    import numba
+
+    @numba.njit(cache=False)
+    def token_column(register, lane):
+        return 8 * (register // 4) + 2 * (lane % 4) + register % 2
+    ''',
+])
+def test_honest_solutions_written_other_ways_pass(tmp_path, source):
+    report = run(tmp_path, source, stage=15)
+    assert report["passed"], grader.summary(report)
+
+
+def test_an_oracle_whose_judge_was_killed_ends_with_it(tmp_path):
+    """A judge killed past its deadline never says "bye", and the oracle runs in a session of its own: it watches
+    its parent and ends with it, whatever threads the solution left running."""
+    import subprocess
+    import sys
+    import time
+    path = tmp_path / "lingers.py"
+    path.write_text("import threading, time\nthreading.Thread(target=lambda: time.sleep(600)).start()\n" + UNFILLED)
+    judge = ("import os, sys\nfrom lessons.exercises import exercise\nfrom lessons.grading.sandbox import Oracle\n"
+             f"oracle = Oracle({str(path)!r}, exercise(5))\noracle.defined_holes()\n"
+             "print(oracle.process.pid, flush=True)\nos._exit(9)\n")
+    done = subprocess.run([sys.executable, "-c", judge], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    pid = int(done.stdout.split()[-1])
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, 9)
+    pytest.fail(f"the oracle {pid} outlived its judge")

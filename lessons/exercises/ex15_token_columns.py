@@ -98,5 +98,6 @@ EXERCISE = Exercise(
     extra={"checks": (fragment_columns,)},
     answer_sites={"gemm/kernel/math_warpgroups.py": ("fragment_column",),
                   "ptx/vocab/wgmma.py": ("accumulator_coords",),
+                  "ptx/vocab/mma_sync.py": ("c_fragment_coords",),  # mma.sync's C fragment: the same lane part
                   "ptx/emulate/async_proxy.py": ("_accumulator_layout",)},
 )

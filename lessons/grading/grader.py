@@ -166,7 +166,8 @@ def summary(report: dict) -> str:
         mark = "PASS" if check["passed"] else ("FAIL" if check["passed"] is False else "----")
         if check["passed"] is not None and not check["graded"]:
             mark = mark.lower()
-        lines.append(f"  [{mark}] {check['category']:<11} {check['name']}: {check['detail']}")
+        detail = str(check['detail']).replace("\n", "\\n")  # a solution's message cannot add lines of its own
+        lines.append(f"  [{mark}] {check['category']:<11} {check['name']}: {detail}")
     s = report["score"]
     lines.append(f"  score {s['points']:g} / {s['possible']}   "
                  + "  ".join(f"{k} {v['passed']}/{v['graded']}" for k, v in s["categories"].items()))

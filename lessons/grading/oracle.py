@@ -40,6 +40,8 @@ CHANGING_EVENTS = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "
 DIR_FD_ARGUMENTS = {"os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.utime": 1,
                     "os.chown": 1, "os.mkfifo": 1, "os.mknod": 1}
 PROTECTED_PACKAGES = ("ptx", "gemm", "lessons", "results", "tests", "tools")
+# outside the working directory, the project's sandbox copy and the Python installation: what a solution may read
+SYSTEM_DIRS = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys")
 SAFE_DEVICES = frozenset({"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full", "/dev/tty"})
 LIMITS = {"RLIMIT_CPU": 300, "RLIMIT_AS": 8 << 30, "RLIMIT_FSIZE": 64 << 20, "RLIMIT_NOFILE": 256, "RLIMIT_CORE": 0}
 
@@ -52,9 +54,10 @@ def _refuse_spawn(*args, **kwargs):
     raise SandboxViolation("the grading sandbox refuses starting processes")
 
 
-def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
+def lock_down(workdir: str, copy: str, repository: str, temp_root: str, preload_numba: bool = False) -> None:
     """Resource limits, then the audit hook (irreversible: CPython has no way to remove one). ``subprocess`` is
-    imported first (project modules import it) and its unaudited fork primitive disarmed; Popen is audited."""
+    imported first (project modules import it) and its unaudited fork primitive disarmed; Popen is audited.
+    ``preload_numba``: import Numba and set up its CPU target first (a solution that uses ``@njit``)."""
     import resource
     import subprocess  # noqa: F401 - loaded before the hook, so importing it later is no import event
     import _posixsubprocess
@@ -63,6 +66,14 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
         import numpy  # noqa: F401
     except ImportError:
         pass
+    if preload_numba:  # llvmlite loads its library, and @njit sets up the CPU target, through ctypes too
+        try:
+            import numba
+            from numba import cuda  # noqa: F401
+            from numba.core.registry import cpu_target
+            cpu_target.target_context  # noqa: B018 - the target's setup, done here, not under the hook
+        except Exception:  # noqa: BLE001 - without Numba the solution's own import reports it
+            pass
     for name, value in LIMITS.items():
         which = getattr(resource, name, None)
         if which is not None:
@@ -95,7 +106,10 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str) -> None:
             return False  # a raw disk (as root) holds the repository's bytes under no path the hook knows
         if inside(path, "/proc") and path.split(os.sep)[2:3] and path.split(os.sep)[2].isdigit():
             return False  # another process: its memory, its file descriptors, its environment (secrets)
-        return not inside(path, repository) and not inside(path, temp_root)
+        # the system's files, nothing else: any other copy of the project (a second checkout, a clone in /tmp, a
+        # docs build) holds the answer under a path the grader cannot know, so what is not named here is refused
+        return (any(inside(path, folder) for folder in SYSTEM_DIRS) and not inside(path, repository)
+                and not inside(path, temp_root))
 
     def resolve(raw) -> str:
         """The path an event names, refusing what the check cannot follow: a relative path that climbs (it may
@@ -221,7 +235,10 @@ def main(argv) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     requests = sys.stdin
-    lock_down(workdir, copy, repository, temp_root)
+    _exit_with_parent()
+    with open(solution_file, "rb") as source:
+        preload_numba = b"numba" in source.read()
+    lock_down(workdir, copy, repository, temp_root, preload_numba)
     try:
         import importlib.util
         spec = importlib.util.spec_from_file_location("solution", solution_file)
@@ -255,7 +272,23 @@ def main(argv) -> int:
                                                                    "traceback": ""}})
         answers.write(text + "\n")
         answers.flush()
-    return 0
+    answers.flush()
+    os._exit(0)  # not a return: the interpreter would wait for threads the solution started
+
+
+def _exit_with_parent() -> None:
+    """End this process when the judge that started it is gone (killed past its deadline, it never says "bye"),
+    whatever threads the solution left running: the oracle runs in a session of its own, which no signal to the
+    judge reaches."""
+    import threading
+    import time
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="oracle-parent-watch").start()
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ class Oracle:
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
-        except (BrokenPipeError, OSError):
+        except (BrokenPipeError, OSError, ValueError):  # ValueError: the pipe was closed here, after a timeout
             raise OracleDied(hole, "the solution's process ended", self._stderr_tail()) from None
         limit = self.timeout if self.deadline is None else min(self.timeout, max(0.0, self.deadline - time.time()))
         while True:

@@ -89,6 +89,8 @@ def copy_findings(source: str, exercise) -> list[str]:
     holes = set(getattr(exercise, "holes", ()))
     found = set()
     from_lessons = False
+    imported = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
     for node in ast.walk(tree):
         modules = []
         if isinstance(node, ast.Import):
@@ -110,10 +112,20 @@ def copy_findings(source: str, exercise) -> list[str]:
                 found.add((node.lineno, f"imports {module} (an exercise module: it wires the stage's own answer)"))
             elif (module == "lessons" or module.startswith("lessons.")) and module != "lessons.exercises":
                 found.add((node.lineno, f"imports {module} (the stages' own code)"))
-        if isinstance(node, ast.Attribute) and (node.attr in answers or node.attr in holes):
+        if isinstance(node, ast.Attribute) and (node.attr in answers or (node.attr in holes
+                                                                         and _root_name(node) in imported)):
+            # a hole's name read off something imported is the stage's; off the solution's own object, its own
             found.add((node.lineno, f"uses .{node.attr} (the stage's own function)"))
     if from_lessons:  # an exercise's answer, read off what the solution imported from lessons
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in ANSWER_NAMES:
                 found.add((node.lineno, f"uses .{node.attr} (the stage's own answer)"))
     return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def _root_name(node) -> str | None:
+    """The name an attribute chain starts from (``a`` of ``a.b.c``), None when it starts from a call or a literal."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
