@@ -88,7 +88,10 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str, preload_
     python_dirs = tuple(sorted({real(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}))
 
     own_proc = f"/proc/{os.getpid()}"
-    allowed_dirs = (workdir, copy) + python_dirs
+    # where this interpreter imports from (a user site or a conda layout outside the prefixes), the repository aside
+    import_dirs = tuple(sorted({real(p) for p in sys.path if p and os.path.isdir(p)}))
+    allowed_dirs = (workdir, copy) + python_dirs + tuple(d for d in import_dirs
+                                                         if d != os.sep and not d.startswith(repository))
 
     def inside(path: str, folder: str) -> bool:
         return path == folder or path.startswith(folder + os.sep)
