@@ -24,7 +24,7 @@ rows, no multicast, stage 12's split and the persistent walk recounted for the n
 Elsewhere (the ladder's 4096 x 4096 x 7168) this stage *is* stage 14.
 
 What it buys, measured at 16 x 2112 x 7168 (H100): 10.2 us against stage 14's 31.2 and cuBLAS's 14.8 in one
-run (results/ladder_16x2112x7168.json: 3.06x stage 14, 1.45x cuBLAS, 1.50 TB/s), where stage 10's 64 x 64 tiles
+run (results/ladder_16x2112x7168.json: 3.06x stage 14, 1.46x cuBLAS, 1.50 TB/s), where stage 10's 64 x 64 tiles
 took 25.0. The two bundled ideas, each undone on its own in one run (results/ablation_15.json, ``python -m lessons
 ablate 15 --m 16 --n 2112 --k 7168``): 9.9 us for the stage; 12.2 (0.82x) with stage 14's 4-stage ring; 11.6
 (0.86x) with 64 token rows, as an unswapped tile must have. Production's kernel at M = 1 says the same: the swap
