@@ -48,7 +48,8 @@ import functools
 
 import lessons
 from gemm.fp8 import ceil_div
-from gemm.heuristics import MAX_STAGES, SWAP_AB_BLOCK_N, SWAP_AB_MAX_M, device_facts, raster_group
+from gemm.heuristics import (MAX_STAGES, SWAP_AB_BLOCK_N, SWAP_AB_MAX_M, device_facts, raster_group,
+                             swap_ab_token_rows)
 from gemm.kernel.config import widest_split
 from lessons.generated import GeneratedStage
 
@@ -67,9 +68,9 @@ def swapped(m: int, n: int, k: int) -> bool:
 
 
 def token_rows(m: int) -> int:
-    """The tile's token rows: the fewest that hold M, a power of two (the tile scheduler divides by shifts) and at
-    least 8 (wgmma's narrowest N)."""
-    return max(8, 1 << (m - 1).bit_length())
+    """The tile's token rows, production's rule (:func:`gemm.heuristics.swap_ab_token_rows`): the fewest that hold
+    M, a power of two (the tile scheduler divides by shifts) and at least 8 (wgmma's narrowest N)."""
+    return swap_ab_token_rows(m)
 
 
 @functools.lru_cache(maxsize=256)

@@ -44,6 +44,27 @@ for field, before, after in config_changes({number - 1}, {number}, *SHAPE):
     ]
 
 
+def two_shape_config_cells(number: int, note: str, extra: str = "") -> list[dict]:
+    """A decode stage's config at its own shape (``stage.SHAPE``) and at the ladder's, where it changes nothing and
+    its PTX is the previous stage's byte for byte; ``extra``: code appended to the cell."""
+    return [
+        markdown(note),
+        code(f'''\
+from lessons.diff_stages import config_changes
+
+SHAPE, LADDER_SHAPE = stage.SHAPE, {LADDER_SHAPE!r}
+for shape in (SHAPE, LADDER_SHAPE):
+    print(f"M, N, K = {{shape}}: stage {number}:", stage.config(*shape).describe())
+    changes = config_changes({number - 1}, {number}, *shape)
+    for field, before, after in changes:
+        print(f"  {{field:14s}} {{before!r:>10}} -> {{after!r}}")
+    if not changes:
+        same = stage.generate(*shape) == lessons.stage({number - 1}).generate(*shape)
+        print(f"  no field differs from stage {number - 1}; the PTX is stage {number - 1}'s, byte for byte: {{same}}")'''
+             + extra),
+    ]
+
+
 def emitter_cells(note: str, targets: list[str]) -> list[dict]:
     """``targets``: dotted names of methods ("package.module.Class.method"), printed with inspect.getsource."""
     classes: dict[str, set[str]] = {}

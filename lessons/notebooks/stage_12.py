@@ -4,7 +4,7 @@ from __future__ import annotations
 import lessons
 from lessons.notebooks.cells import ptx_notebook
 from lessons.notebooks.emulator import BREAK_INTRO, break_setup
-from lessons.notebooks.generator_stages import CHECK_NOTE_GENERATED, opcode_table_cells
+from lessons.notebooks.generator_stages import CHECK_NOTE_GENERATED, opcode_table_cells, two_shape_config_cells
 from lessons.notebooks.ipynb import code, markdown
 from lessons.notebooks.stage_11 import SHAPES_GPU as SHAPES_GPU_11
 
@@ -41,27 +41,13 @@ its SASS; twice the CTAs busy; the measurement against stages 10 and 11; the emu
 """
 
 
-CONFIG_CELLS = [
-    markdown("""\
+CONFIG_CELLS = two_shape_config_cells(12, """\
 ## The config and its change, at two shapes
 
 Stage 11's config plus the fields of `CHANGE` in lessons/12_split_k.py, at the stage's shape and at the ladder's.
-At the ladder's the split is 1 and nothing differs: the generated PTX is stage 11's, byte for byte."""),
-    code('''\
-from lessons.diff_stages import config_changes
-
-SHAPE, LADDER_SHAPE = stage.SHAPE, (4096, 4096, 7168)
-for shape in (SHAPE, LADDER_SHAPE):
-    print(f"M, N, K = {shape}: stage 12:", stage.config(*shape).describe())
-    changes = config_changes(11, 12, *shape)
-    for field, before, after in changes:
-        print(f"  {field:14s} {before!r:>10} -> {after!r}")
-    if not changes:
-        same = stage.generate(*shape) == lessons.stage(11).generate(*shape)
-        print(f"  no field differs from stage 11; the PTX is stage 11's, byte for byte: {same}")
+At the ladder's the split is 1 and nothing differs: the generated PTX is stage 11's, byte for byte.""", '''
 config = stage.config(*SHAPE)
-print(f"\\nat {SHAPE}: clusters of {config.cluster_size}, {stage.shared_bytes(*SHAPE)} bytes of shared memory")'''),
-]
+print(f"\\nat {SHAPE}: clusters of {config.cluster_size}, {stage.shared_bytes(*SHAPE)} bytes of shared memory")''')
 
 
 EMITTER_CELLS = [

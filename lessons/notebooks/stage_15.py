@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import lessons
 from lessons.notebooks.cells import ptx_notebook
-from lessons.notebooks.generator_stages import CHECK_NOTE_GENERATED, emitter_cells, opcode_table_cells
+from lessons.notebooks.generator_stages import (CHECK_NOTE_GENERATED, emitter_cells, opcode_table_cells,
+                                                two_shape_config_cells)
 from lessons.notebooks.ipynb import code, markdown
 
 SHAPE = lessons.stage(15).SHAPE  # where the idea shows (16 x 2112 x 7168); the cells read stage.SHAPE
@@ -35,25 +36,11 @@ What to look for: `wgmma ... m64n16k32` with the B tile's descriptor first; `stm
 instructions per K block; a ring of weight, not zeros; 3x stage 14 in the run; each bundled idea undone on its own.
 """
 
-CONFIG_CELLS = [
-    markdown("""\
+CONFIG_CELLS = two_shape_config_cells(15, """\
 ## The config and its change, at two shapes
 
 Stage 14's config plus the fields of `CHANGE` in lessons/15_swap_ab.py and the refilled ring, at the stage's shape
-and at the ladder's, where nothing differs."""),
-    code('''\
-from lessons.diff_stages import config_changes
-
-SHAPE, LADDER_SHAPE = stage.SHAPE, (4096, 4096, 7168)
-for shape in (SHAPE, LADDER_SHAPE):
-    print(f"M, N, K = {shape}: stage 15:", stage.config(*shape).describe())
-    changes = config_changes(14, 15, *shape)
-    for field, before, after in changes:
-        print(f"  {field:14s} {before!r:>10} -> {after!r}")
-    if not changes:
-        same = stage.generate(*shape) == lessons.stage(14).generate(*shape)
-        print(f"  no field differs from stage 14; the PTX is stage 14's, byte for byte: {same}")'''),
-]
+and at the ladder's, where nothing differs.""")
 
 EMITTER = """\
 ## The emitters: the swapped K block and the transposed store
