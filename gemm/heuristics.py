@@ -49,6 +49,11 @@ SPLIT_K_MAX_M, SPLIT_K_MIN_K = 16, 4096
 FULLER_WAVE_BLOCK_N, FULLER_WAVE_MAX_K = 112, 10240  # see fuller_wave_block_n
 PAIRED_MAX_BLOCK_N = 112  # see paired_k_blocks
 SWAP_AB_MAX_M, SWAP_AB_BLOCK_N = 32, 64  # see swap_ab_config
+# Swap AB's decode tiles split K over clusters of up to three CTAs: at 16 x 2112 x 7168 (33 tiles) 99 CTAs in
+# clusters of three ran 7.4 us against 7.7-7.8 for 66 in pairs and 10.4 for 132 in fours, of which only 30 clusters
+# are resident at once (H200, results/sweep_split3_clean.json); a cluster of three's K blocks are a third each
+# (config.k_share), and all 33 clusters are resident (test_split_k_cluster_residency).
+SWAP_AB_MAX_SPLIT = 3
 D_BUFFER_MIN_K = 10240  # from this K on, 256-row tiles store D in passes through a quarter buffer (_choose_config)  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
@@ -196,11 +201,12 @@ def paired_k_blocks(config: KernelConfig) -> bool:
     return True
 
 
-def decode_split_k(m: int, k: int, tile_count: int, sms: int) -> int:
-    """CTAs sharing each tile's K blocks: two for M <= SPLIT_K_MAX_M and K >= SPLIT_K_MIN_K where twice the tiles
-    still fit the SMs (see SPLIT_K_MAX_M's measurements), else one."""
+def decode_split_k(m: int, k: int, tile_count: int, sms: int, largest: int = 2) -> int:
+    """CTAs sharing each tile's K blocks for M <= SPLIT_K_MAX_M and K >= SPLIT_K_MIN_K: the most, up to
+    ``largest``, for which the tiles still give every CTA an SM of its own (see SPLIT_K_MAX_M's measurements; swap
+    AB's tiles take up to three, SWAP_AB_MAX_SPLIT), else one."""
     if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K:
-        return widest_split(tile_count, ceil_div(k, 128), sms, largest=2)
+        return widest_split(tile_count, ceil_div(k, 128), sms, largest=largest, powers_of_two=False)
     return 1
 
 
@@ -215,7 +221,7 @@ def swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
     block_m = swap_ab_token_rows(m)
     tile_count = ceil_div(n, SWAP_AB_BLOCK_N)
     persistent = tile_count > device.sm_count
-    split_k = decode_split_k(m, k, tile_count, device.sm_count)
+    split_k = decode_split_k(m, k, tile_count, device.sm_count, largest=SWAP_AB_MAX_SPLIT)
     config = KernelConfig(block_m=block_m, block_n=SWAP_AB_BLOCK_N, stages=2, producer="warpgroup",
                           registers=REGISTERS, persistent=persistent,
                           raster_group=raster_group(block_m, SWAP_AB_BLOCK_N, device.sm_count) if persistent else 0,

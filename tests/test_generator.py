@@ -233,6 +233,8 @@ SPLIT_K_CASES = [  # (M, N, K, config fields): K blocks that split evenly and no
     (33, 304, 1152, dict(block_m=64, block_n=128, stages=2, split_k=8)),
     (130, 136, 512, dict(block_m=256, block_n=64, stages=2, split_k=2)),  # two waves per warpgroup
     (64, 136, 272, dict(block_m=64, block_n=32, stages=5, split_k=2, pdl=True)),  # K = 272: 3 blocks, 2 CTAs
+    (9, 200, 1024, dict(block_m=64, block_n=64, stages=2, split_k=3)),  # clusters of three: 8 K blocks as 2, 3, 3
+    (17, 136, 896, dict(block_m=64, block_n=64, stages=2, split_k=6)),  # 7 K blocks over six CTAs
 ]
 
 
@@ -261,7 +263,7 @@ def test_split_k_fp32_accumulate_on_the_emulator(rng):
 
 
 @pytest.mark.parametrize("fields, words", [
-    (dict(split_k=3), "split_k must be one of"), (dict(split_k=2), "persistent=False"),
+    (dict(split_k=9), "split_k must be one of"), (dict(split_k=2), "persistent=False"),
     (dict(split_k=2, persistent=False, multicast=2), "persistent"),
     (dict(split_k=2, persistent=False, gemm_type="masked"), "gemm_type='normal'"),
     (dict(split_k=2, persistent=False, b_scales="1x128"), "b_scales='128x128'"),
@@ -480,28 +482,37 @@ def test_production_kernels_take_k_in_16_byte_steps_on_the_emulator(k, rng):
 
 @pytest.mark.gpu
 def test_split_k_cluster_residency():
-    """The heuristics split K over 2-CTA clusters only while 2 x tiles <= SMs: every pair must then be resident at
-    once (the driver's cuOccupancyMaxActiveClusters). Clusters of four are not all resident on an H100 (30 of 33
-    there: 120 CTAs), which is why 4-CTA splits measured slower at 132 CTAs (docs/benchmarks.md)."""
+    """The heuristics split K over clusters of two (three for swap AB's tiles) only while the split tiles still
+    give every CTA an SM: every cluster of production's decode configs must then be resident at once (the driver's
+    cuOccupancyMaxActiveClusters), or the last ones would run in a second wave. Clusters of four are not all
+    resident on an H100 (30 of 33 there: 120 CTAs), which is why 4-CTA splits measured slower at 132 CTAs
+    (docs/benchmarks.md)."""
     from cuda.bindings import driver
-    from gemm.heuristics import device_facts
+    from gemm.heuristics import choose_config, device_facts
+    from gemm.kernel.config import tiles
     from gemm.kernel.launch import kernel
     from ptx.device import activated
     from ptx.runtime import launch_config
-    sms = device_facts(0).sm_count
-    resident = {}
-    for split in (2, 4):
-        config = KernelConfig(block_m=64, block_n=64, stages=10, persistent=False, raster_group=0, split_k=split)
-        shared = SharedPlan(config, 2112, 7168).shared_bytes
+    facts = device_facts(0)
+
+    def resident_clusters(config, n, k):
+        shared = SharedPlan(config, n, k).shared_bytes
         with activated(0):
-            function = kernel(config, 2112, 7168).function(0, shared)
-            launch = launch_config((16 * split, 1, 1), (config.threads, 1, 1), shared_bytes=shared,
-                                   cluster=(split, 1, 1), stream=0)
+            function = kernel(config, n, k).function(0, shared)
+            launch = launch_config((config.split_k, 1, 1), (config.threads, 1, 1), shared_bytes=shared,
+                                   cluster=(config.split_k, 1, 1), stream=0)
             error, clusters = driver.cuOccupancyMaxActiveClusters(function, launch)
         assert error == driver.CUresult.CUDA_SUCCESS, error
-        resident[split] = clusters
-    assert resident[2] == sms // 2, resident
-    print(f"resident clusters on {sms} SMs: {resident}")
+        return clusters
+
+    resident = {}
+    for m, n, k in ((16, 2112, 7168), (1, 2112, 7168), (1, 4096, 7168), (16, 4096, 7168)):
+        config = choose_config(m, n, k, facts)
+        assert config.split_k > 1, config.describe()
+        resident[(m, n, k)] = clusters = resident_clusters(config, n, k)
+        assert clusters >= tiles(config, m, n), (m, n, k, config.describe(), clusters)
+    fours = resident_clusters(choose_config(16, 2112, 7168, facts).replace(split_k=4), 2112, 7168)
+    print(f"resident clusters on {facts.sm_count} SMs: {resident}; of four at 16x2112x7168: {fours}")
 
 
 def test_the_early_poll_takes_both_paths_on_the_emulator(rng, monkeypatch):

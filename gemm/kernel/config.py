@@ -44,7 +44,7 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   more registers per thread). K is wgrad's token axis, different at every step and, k-grouped, for every expert,
   so a 1x128 kernel takes its K-block count as a parameter (``k_blocks``): one kernel per (config, N) serves
   every K, and K need only be a multiple of 16 (TMA zero-fills the last block).
-* ``split_k``: S = 2, 4 or 8 CTAs of a cluster share one tile's K blocks (decode: fewer tiles than SMs, each CTA's
+* ``split_k``: S = 2 to 8 CTAs of a cluster share one tile's K blocks (decode: fewer tiles than SMs, each CTA's
   K loop a chain of dependent round trips). CTA rank r computes K blocks [r*Kb/S, (r+1)*Kb/S) into its totals;
   the others write theirs into their own (idle) ring, a cluster barrier publishes them, and rank 0 reads them
   through distributed shared memory (``ld.shared::cluster``), adds them and runs the epilogue. One tile per
@@ -93,7 +93,7 @@ OUT_BYTES = {"bf16": 2, "f32": 4}  # bytes per element of D
 POST_PASSES = {"ffma_deepgemm": "deepgemm", "ffma_every_other": "every_other"}
 GEMM_TYPES = ("normal", "contiguous", "masked")
 B_SCALES = ("128x128", "1x128")  # B's scale granularity: per 128x128 weight block, or per row and K group (wgrad)
-SPLIT_K = (1, 2, 4, 8)  # CTAs sharing a tile's K blocks: a power of two up to the portable cluster size
+SPLIT_K = tuple(range(1, 9))  # CTAs sharing a tile's K blocks: a cluster of up to the portable cluster size
 CONTIGUOUS_ALIGNMENT = 128  # rows: every group of an m-grouped contiguous A starts at a multiple of this
 # FP32 registers a math thread may spend on totals, accumulators and column scales: 256x128 forward tiles (192)
 # fit under setmaxnreg 232 with their addresses; 256x144 (216) did not
@@ -519,10 +519,12 @@ def k_share(rank: int, split_k: int, k_blocks: int) -> tuple[int, int]:
     return rank * k_blocks // split_k, (rank + 1) * k_blocks // split_k
 
 
-def widest_split(tile_count: int, k_blocks: int, sm_count: int, largest: int = 8) -> int:
-    """The most CTAs (a power of two up to ``largest``) that may share each tile's K blocks so that every CTA has
-    an SM of its own and at least one K block: 1 where the tiles alone fill the SMs."""
-    return max((s for s in SPLIT_K if s <= largest and s * tile_count <= sm_count and s <= k_blocks), default=1)
+def widest_split(tile_count: int, k_blocks: int, sm_count: int, largest: int = 8, powers_of_two: bool = True) -> int:
+    """The most CTAs (up to ``largest``; a power of two unless ``powers_of_two`` is False) that may share each
+    tile's K blocks so that every CTA has an SM of its own and at least one K block: 1 where the tiles alone fill
+    the SMs."""
+    choices = (s for s in SPLIT_K if s <= largest and (not powers_of_two or s & (s - 1) == 0))
+    return max((s for s in choices if s * tile_count <= sm_count and s <= k_blocks), default=1)
 
 
 __all__ = ["KernelConfig", "SharedPlan", "GEMM_TYPES", "B_SCALES", "SPLIT_K", "CONTIGUOUS_ALIGNMENT",

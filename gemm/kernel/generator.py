@@ -107,10 +107,10 @@ class _Kernel:
             if self.seams.k_share is not None:  # a caller's shares (gemm.kernel.seams), else the generator's
                 self._k_share_table(self.seams.k_share, k_end)
             else:
-                shift = c.split_k.bit_length() - 1
                 e(f"mul.lo.u32 {self.k_first}, {self.rank}, {self.plan.kb};",
                   f"add.u32 {k_end}, {self.k_first}, {self.plan.kb};",
-                  f"shr.u32 {self.k_first}, {self.k_first}, {shift};", f"shr.u32 {k_end}, {k_end}, {shift};")
+                  core.divide_by_constant(self.k_first, self.k_first, c.split_k),
+                  core.divide_by_constant(k_end, k_end, c.split_k))
             self.k_blocks = k_end
         self.layout = self.groups = None
         if c.grouped:

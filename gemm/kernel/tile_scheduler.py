@@ -36,6 +36,7 @@ from gemm.fp8 import ceil_div
 from gemm.kernel.config import KernelConfig
 from gemm.kernel.seams import NO_SEAMS, Seams
 from ptx.builder import KernelBuilder
+from ptx.vocab import core
 
 
 def tile_coords(tile: int, m_blocks: int, n_blocks: int, raster_group: int) -> tuple[int, int]:
@@ -174,7 +175,7 @@ class TileScheduler:
         tile = self.tile = r("u32", f"{self.name}_tile")
         e(f"mov.u32 {tile}, %ctaid.x;")
         if self.config.split_k > 1:  # a cluster of split_k consecutive CTAs shares one tile
-            e(f"shr.u32 {tile}, {tile}, {self.config.split_k.bit_length() - 1};")
+            e(core.divide_by_constant(tile, tile, self.config.split_k))
         if not self.config.persistent:  # the grid is the tile count: exactly one tile, no loop
             if self.config.gemm_type == "contiguous":
                 skip = b.label(f"{self.name}_skip")

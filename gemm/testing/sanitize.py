@@ -26,7 +26,7 @@ from gemm.shapes import parse_shape_list
 
 DEFAULT_JOBS = ("2048,2048,512", "1000,2112,512", "4096,4096,512", "1000,2112,512@epilogue='staged'",
                 "300,2112,512@out_dtype='f32',accumulate=True", "300,232,272@wgrad", "1000,2112,1040@wgrad",
-                "16,2112,7168", "5,576,1040@split_k=4")
+                "16,2112,7168", "5,576,1040@split_k=4", "5,576,1040@split_k=3")
 TOOLS = ("memcheck", "racecheck", "synccheck")
 
 

@@ -115,6 +115,15 @@ def promote(total: str, partial: str, scale: str) -> str:
     return f"fma.rn.f32 {total}, {partial}, {scale}, {total};"
 
 
+def divide_by_constant(dst_u32: str, src_u32: str, divisor: int) -> str:
+    # PTX ISA "shr" / "div" (.u32): dst = src / divisor for a compile-time divisor; a shift where it is a power of
+    # two (what the power-of-two-only kernels always emitted), else div.u32 by an immediate, which ptxas turns into
+    # a multiply-high and a shift
+    if divisor & (divisor - 1) == 0:
+        return f"shr.u32 {dst_u32}, {src_u32}, {divisor.bit_length() - 1};"
+    return f"div.u32 {dst_u32}, {src_u32}, {divisor};"
+
+
 # -- control -----------------------------------------------------------------------------------------
 def setp(compare: str, ptx_type: str, predicate: str, a: str, b: str) -> str:
     # PTX ISA "setp": predicate = a <compare> b (eq ne lt le gt ge; lo hi ls hs)
@@ -169,6 +178,6 @@ def exit_thread() -> str:
 __all__ = [
     "special", "global_thread_index", "cluster_rank", "ld_param", "cvta_global", "global_pointer_param", "element_address",
     "ld_global", "st_global", "ld_global_v4", "st_global_v4", "cvt_e4m3x2_to_f16x2", "cvt_f16_to_f32",
-    "unpack_b32", "cvt_f32x2_to_bf16x2", "promote", "setp", "guard_prefix", "branch_if", "branch", "exit_if",
+    "unpack_b32", "cvt_f32x2_to_bf16x2", "promote", "divide_by_constant", "setp", "guard_prefix", "branch_if", "branch", "exit_if",
     "bar_sync", "bar_arrive", "exit_thread",
 ]
