@@ -262,6 +262,19 @@ def test_split_k_fp32_accumulate_on_the_emulator(rng):
     assert np.array_equal(got, c + reference_gemm(a, sa, b, sb).astype(np.float32))
 
 
+def test_even_waves_sizes_only_a_persistent_grid():
+    """even_waves: the fewest CTAs that take as many waves as one CTA per SM, the kernel unchanged."""
+    from gemm.kernel.launch import grid
+    with pytest.raises(ValueError, match="persistent=True"):
+        KernelConfig(persistent=False, raster_group=0, even_waves=True)
+    config = KernelConfig(block_m=128, block_n=128)
+    assert grid(config, 128, 32768, 132) == 132 and grid(config.replace(even_waves=True), 128, 32768, 132) == 128
+    assert grid(config.replace(even_waves=True), 128, 128 * 100, 132) == 100  # one wave: one CTA per tile
+    assert grid(config.replace(even_waves=True), 4096, 4096, 132) == 128  # 1024 tiles: 8 waves of 128
+    from gemm.kernel.generator import generate
+    assert generate(config, 4096, 512) == generate(config.replace(even_waves=True), 4096, 512)
+
+
 @pytest.mark.parametrize("fields, words", [
     (dict(split_k=9), "split_k must be one of"), (dict(split_k=2), "persistent=False"),
     (dict(split_k=2, persistent=False, multicast=2), "persistent"),

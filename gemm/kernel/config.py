@@ -134,6 +134,9 @@ class KernelConfig:
     l2_prefetch: int = 0
     # B's rows as wgmma's 64-row side and A's BLOCK_M rows as its N (see the module docstring)
     swap_ab: bool = False
+    # persistent: launch ceil(tiles / waves) CTAs instead of one per SM, so every CTA walks the same number of tiles
+    # (DeepGEMM's "minimal number of SMs"); the generated kernel is the same, only the grid changes
+    even_waves: bool = False
 
     def __post_init__(self):
         if self.swap_ab:
@@ -235,6 +238,8 @@ class KernelConfig:
             raise ValueError("split_k > 1 gives each cluster one tile of the dense forward GEMM: it needs "
                              "persistent=False, producer='warpgroup', multicast=1, gemm_type='normal' and "
                              "b_scales='128x128'")
+        if self.even_waves and not self.persistent:
+            raise ValueError("even_waves=True sizes a persistent grid: it needs persistent=True")
         if self.accumulators == 2 and (self.block_m > 128 or self.producer != "warpgroup"
                                        or self.b_scales != "128x128"):
             raise ValueError("accumulators=2 keeps two K blocks of one 64-row wave in flight: it needs block_m <= 128 "
@@ -333,7 +338,8 @@ class KernelConfig:
         fields = [f"{self.block_m}x{self.block_n}", f"{self.stages} stages", f"{self.producer} producer"]
         if self.registers:
             fields.append("setmaxnreg {}/{}".format(*self.registers))
-        fields.append(f"persistent (raster group {self.raster_group})" if self.persistent else "one CTA per tile")
+        fields.append(f"persistent (raster group {self.raster_group}{', even waves' if self.even_waves else ''})"
+                      if self.persistent else "one CTA per tile")
         fields.append(f"{self.epilogue} epilogue")
         if self.multicast > 1:
             fields.append(f"A multicast to {self.multicast} CTAs")
