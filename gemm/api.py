@@ -25,9 +25,14 @@ from __future__ import annotations
 import numpy as np
 
 from gemm import dispatch
-from gemm.dispatch import ScaleLayoutWarning
+from gemm.dispatch import OUT_DEVICE, ScaleLayoutWarning, dense_signature
 from gemm.fp8 import mn_major_torch, sa_to_mn_major
 from ptx.arrays import is_torch_tensor
+
+# Set by the first call with a torch ``out`` (torch is not imported before): (torch.Tensor, is_compiling, the
+# current-stream getter), so that later calls skip the import, the type checks and the attribute lookups.
+_HOT_PATH = None
+
 
 def gemm(a, sa, b, sb, d, stream=None, *, config=None) -> None:
     """The ladder's calling convention (``lessons``): D = (A*sA)(B*sB)^T. ``config``: a KernelConfig, or a
@@ -56,23 +61,51 @@ def fp8_gemm_nt(lhs, rhs, out, c=None, *, stream=None) -> None:
     any kernel launch. Under ``torch.compile`` the call becomes the custom op ``torch.ops.fp8_ladder.fp8_gemm_nt``.
     """
     (a, sa), (b, sb) = lhs, rhs
-    key = None
+    hot = _HOT_PATH
+    if hot is not None and type(out) is hot[0] and c is None and stream is None and not hot[1]():
+        # The serving hot path (a plain torch tensor, a signature seen before): nothing but the lookup and the
+        # launch. A CPU out's signature holds device -1, under which nothing is ever prepared.
+        try:
+            key = dense_signature(a, sa, b, sb, out)
+        except AttributeError:  # an argument that is not a tensor: the checks below name it
+            return _first_call(a, sa, b, sb, out, c, stream, None)
+        prepared = dispatch.PREPARED.get(key)
+        if prepared is not None:
+            return prepared(hot[2](key[OUT_DEVICE]))
+        return _first_call(a, sa, b, sb, out, c, stream, key)
+    return _first_call(a, sa, b, sb, out, c, stream)
+
+
+_NOT_YET = object()  # _first_call's key: not computed yet
+
+
+def _first_call(a, sa, b, sb, out, c, stream, key=_NOT_YET) -> None:
+    """fp8_gemm_nt past the hot path: under torch.compile, a signature not seen yet (``key``, when the hot path
+    computed it: the signature, or None for an argument that is not a tensor), a c, a stream, other arrays."""
+    global _HOT_PATH
     if is_torch_tensor(out):
         import torch
         if torch.compiler.is_compiling():
             return _torch_op(a, sa, b, sb, out, c)
         if out.is_cuda and stream is None and c is None:
-            try:
-                key = dispatch.dense_signature(a, sa, b, sb, out)
-            except AttributeError:  # an argument that is not a tensor: the checks below name it
-                key = None
-            else:
+            # (a CUDA out: this torch has CUDA, and the stream getter)
+            _HOT_PATH = (torch.Tensor, torch.compiler.is_compiling, torch._C._cuda_getCurrentRawStream)
+            if key is _NOT_YET:
+                try:
+                    key = dense_signature(a, sa, b, sb, out)
+                except AttributeError:  # an argument that is not a tensor: the checks below name it
+                    key = None
+            if key is not None:
                 prepared = dispatch.PREPARED.get(key)
                 if prepared is not None:
-                    return prepared(torch._C._cuda_getCurrentRawStream(key[dispatch.OUT_DEVICE]))
+                    return prepared(torch._C._cuda_getCurrentRawStream(key[OUT_DEVICE]))
+        else:
+            key = None
         if stream is None and out.is_cuda:
             # A host ``out`` is left to check_gemm_args, which names it, rather than to torch's stream lookup.
             stream = torch._C._cuda_getCurrentRawStream(out.get_device())
+    else:
+        key = None
     dispatch.run_dense(a, sa, b, sb, out, c, stream, plan_key=key)
 
 

@@ -3,9 +3,9 @@
 ``gpu``: one Hopper GPU is enough: a foreign (non-primary) context current on the calling thread, a thread with no
 context at all, two threads at once, graph capture on a side stream, facts read off the device.
 ``multigpu``: two Hopper GPUs (skipped with fewer; run by ``bash tools/gpu_run.sh multigpu`` on a 2-GPU machine):
-tensors on ``cuda:1`` while ``cuda:0`` is current and the reverse, dense + grouped + a CUDA graph on ``cuda:1``, the
-torch custom op under compile there, two threads driving two GPUs at once, and the errors for arguments or a stream
-of two devices.
+tensors on ``cuda:1`` while ``cuda:0`` is current and the reverse (decode's swapped and split kernels among them),
+dense + grouped (the masked decode kernel too) + a CUDA graph on ``cuda:1``, the torch custom op under compile there,
+two threads driving two GPUs at once, and the errors for arguments or a stream of two devices.
 """
 import os
 import sys
@@ -22,7 +22,7 @@ from ptx import device as devices
 sys.path.insert(0, os.path.dirname(__file__))
 from test_grouped import check_contiguous, check_masked, contiguous_problem, masked_problem  # noqa: E402
 
-SHAPES = [(1, 2112, 512), (130, 384, 256), (4096, 4096, 512)]
+SHAPES = [(1, 2112, 512), (16, 2112, 7168), (130, 384, 256), (4096, 4096, 512)]  # swapped, split over three
 
 
 def _torch():
@@ -240,6 +240,13 @@ def test_grouped_on_the_second_gpu(rng):
     out = torch.full((3, 128, 2112), float("nan"), dtype=torch.bfloat16, device="cuda:1")
     gemm.m_grouped_fp8_gemm_nt_masked((on(a), gemm.grouped.masked_sa_to_mn_major(on(sa))), (on(b), on(sb)), out,
                                       on(counts), 64)
+    torch.cuda.synchronize(1)
+    check_masked(out.float().cpu().numpy(), a, sa, b, sb, counts)
+
+    counts = np.array([5, 0, 16], np.int32)  # expected_m 16: the swapped masked kernel
+    out = torch.full((3, 128, 2112), float("nan"), dtype=torch.bfloat16, device="cuda:1")
+    gemm.m_grouped_fp8_gemm_nt_masked((on(a), gemm.grouped.masked_sa_to_mn_major(on(sa))), (on(b), on(sb)), out,
+                                      on(counts), 16)
     torch.cuda.synchronize(1)
     check_masked(out.float().cpu().numpy(), a, sa, b, sb, counts)
 

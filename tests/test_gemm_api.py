@@ -182,3 +182,25 @@ def test_fp8_gemm_nt_cupy_arrays(rng):
     got = gemm.fp8.bf16_to_float(cp.asnumpy(out))
     assert not np.isnan(got).any()
     assert calc_diff(got, reference_gemm(a, sa, b, sb)) < 1e-3
+
+
+def test_the_hot_path_leaves_every_other_call_to_the_checks(rng, monkeypatch):
+    """fp8_gemm_nt's hot path (a torch out, a signature prepared before) never answers for a call it has not
+    prepared: host tensors, a non-tensor argument and a c still get the checks' errors once a CUDA call has set the
+    hot path up (and a CPU-only torch, which never sets it up, gets them too)."""
+    torch = pytest.importorskip("torch")
+    a8, sa, b8, sb = random_problem(64, 128, 256, rng)
+    a, b = (torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn) for x in (a8, b8))
+    sa, sb = torch.from_numpy(sa), torch.from_numpy(sb)
+    out = torch.empty(64, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="host memory"):
+        gemm.fp8_gemm_nt((a, sa), (b, sb), out)
+    if gemm.api._HOT_PATH is None:  # what a CUDA call sets up (a CPU-only torch has no CUDA stream getter)
+        monkeypatch.setattr(gemm.api, "_HOT_PATH", (torch.Tensor, torch.compiler.is_compiling, lambda device: 0))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="host memory"):
+            gemm.fp8_gemm_nt((a, sa), (b, sb), out)
+    with pytest.raises((TypeError, ValueError)):
+        gemm.fp8_gemm_nt((a, "not a tensor"), (b, sb), out)
+    with pytest.raises(ValueError, match="host memory|float32"):
+        gemm.fp8_gemm_nt((a, sa), (b, sb), out, c=out)

@@ -114,24 +114,37 @@ def grouped_host_overhead(groups: int = 4, m: int = 64, n: int = 512, k: int = 1
 
 def profile_pieces(m: int = 64, n: int = 512, k: int = 128) -> dict[str, float]:
     """Microseconds per call of a dense call's hot path and of each piece alone (timeit, best of 3), so a change
-    to the hot path can be predicted and checked piece by piece. The default shape is a ~3 us kernel: host-bound."""
+    to the hot path can be predicted and checked piece by piece; indented pieces are parts of the piece above, or
+    the same call another way. The default shape is a ~3 us kernel: host-bound. A torch elementwise launch is timed
+    beside them: the host's own pace, which moves several µs between machines."""
     import torch
+    from cuda.bindings import driver
     import gemm
-    from gemm import dispatch
+    from gemm import api, dispatch
     problem = TorchProblem.from_host(*random_problem(m, n, k))
-    lhs, rhs, out = (problem.a, problem.sa), (problem.b, problem.sb), problem.out
+    a, sa, b, sb, out = problem.a, problem.sa, problem.b, problem.sb, problem.out
+    lhs, rhs = (a, sa), (b, sb)
     gemm.fp8_gemm_nt(lhs, rhs, out)
-    key = dispatch.dense_signature(problem.a, problem.sa, problem.b, problem.sb, out)
+    key = dispatch.dense_signature(a, sa, b, sb, out)
     prepared = dispatch.PREPARED[key]
     device = out.get_device()
     stream = torch._C._cuda_getCurrentRawStream(device)
+    prepared(stream)
+    config, function, address = prepared._configs[stream], prepared._function, prepared._address
+    launch_by_ctypes = _ctypes_launch(config, function, address)
+    reference = torch.zeros(16, device=out.device)
     pieces = {
         "fp8_gemm_nt (whole call)": lambda: gemm.fp8_gemm_nt(lhs, rhs, out),
-        "signature": lambda: dispatch.dense_signature(problem.a, problem.sa, problem.b, problem.sb, out),
+        "  without the hot path": lambda: api._first_call(a, sa, b, sb, out, None, None),
+        "signature": lambda: dispatch.dense_signature(a, sa, b, sb, out),
         "dict lookup": lambda: dispatch.PREPARED.get(key),
         "current raw stream": lambda: torch._C._cuda_getCurrentRawStream(device),
         "is_compiling": torch.compiler.is_compiling,
         "prepared launch": lambda: prepared(stream),
+        "  cuCtxGetCurrent": driver.cuCtxGetCurrent,
+        "  cuLaunchKernelEx": lambda: driver.cuLaunchKernelEx(config, function, address, 0),
+        "  cuLaunchKernelEx via ctypes": launch_by_ctypes,
+        "torch: x.add_(1), for scale": lambda: reference.add_(1),
     }
     result = {}
     for name, call in pieces.items():
@@ -142,6 +155,16 @@ def profile_pieces(m: int = 64, n: int = 512, k: int = 128) -> dict[str, float]:
         result[name] = 1e6 * min(timeit.repeat(call, number=number, repeat=3)) / number
         torch.cuda.synchronize()
     return result
+
+
+def _ctypes_launch(config, function, address):
+    """cuLaunchKernelEx called through ctypes with every argument a prebuilt pointer: the cheapest way to reach the
+    driver from Python without compiling anything, to compare with cuda-bindings' wrapper."""
+    import ctypes
+    launch = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+    launch.argtypes, launch.restype = [ctypes.c_void_p] * 4, ctypes.c_int
+    arguments = (config.getPtr(), int(function), address, None)
+    return lambda: launch(*arguments)
 
 
 CHILD = r"""
