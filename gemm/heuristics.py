@@ -52,7 +52,10 @@ SWAP_AB_MAX_M, SWAP_AB_BLOCK_N = 32, 64  # see swap_ab_config
 # Swap AB's decode tiles split K over clusters of up to three CTAs: at 16 x 2112 x 7168 (33 tiles) 99 CTAs in
 # clusters of three ran 7.4 us against 7.7-7.8 for 66 in pairs and 10.4 for 132 in fours, of which only 30 clusters
 # are resident at once (H200, results/sweep_split3_clean.json); a cluster of three's K blocks are a third each
-# (config.k_share), and all 33 clusters are resident (test_split_k_cluster_residency).
+# (config.k_share), and all 33 clusters are resident (test_split_k_cluster_residency). Unlike the unswapped tiles
+# (SPLIT_K_MAX_M), swapped ones split up to M = 32: at 32 x 2112 x 7168 8.8 us split against 11.6 unsplit, at
+# 32 x 4096 x 7168 (64 tiles: pairs) 13.0 against 13.5 after the memset and 11.0 against 12.2 after the clean flush
+# (H200, results/sweep_split_m32_memset.json, _clean.json); K = 2048 still loses (32 x 7168 x 2048: 10.3 against 7.5).
 SWAP_AB_MAX_SPLIT = 3
 D_BUFFER_MIN_K = 10240  # from this K on, 256-row tiles store D in passes through a quarter buffer (_choose_config)  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
@@ -201,11 +204,11 @@ def paired_k_blocks(config: KernelConfig) -> bool:
     return True
 
 
-def decode_split_k(m: int, k: int, tile_count: int, sms: int, largest: int = 2) -> int:
-    """CTAs sharing each tile's K blocks for M <= SPLIT_K_MAX_M and K >= SPLIT_K_MIN_K: the most, up to
-    ``largest``, for which the tiles still give every CTA an SM of its own (see SPLIT_K_MAX_M's measurements; swap
-    AB's tiles take up to three, SWAP_AB_MAX_SPLIT), else one."""
-    if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K:
+def decode_split_k(m: int, k: int, tile_count: int, sms: int, largest: int = 2, max_m: int = SPLIT_K_MAX_M) -> int:
+    """CTAs sharing each tile's K blocks for M <= ``max_m`` and K >= SPLIT_K_MIN_K: the most, up to ``largest``,
+    for which the tiles still give every CTA an SM of its own (see SPLIT_K_MAX_M's measurements; swap AB's tiles
+    split up to M = 32 and over up to three CTAs, SWAP_AB_MAX_SPLIT), else one."""
+    if m <= max_m and k >= SPLIT_K_MIN_K:
         return widest_split(tile_count, ceil_div(k, 128), sms, largest=largest, powers_of_two=False)
     return 1
 
@@ -213,15 +216,16 @@ def decode_split_k(m: int, k: int, tile_count: int, sms: int, largest: int = 2) 
 def swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
     """Decode (M <= SWAP_AB_MAX_M) with a BF16 D through the TMA epilogue: B's rows as wgmma's 64-row side
     (KernelConfig.swap_ab), tiles of the fewest power-of-two token rows >= M (at least 8) by 64 weight rows, K split
-    over two CTAs where the unswapped rule splits it. Measured against the unswapped decode kernel in one run on the
-    H100 (results/sweep_swap_ab_memset.json, _n24576.json; docs/benchmarks.md, "Swap AB"): +1 to +18% at all eleven
+    over two or three CTAs for K >= SPLIT_K_MIN_K where the split tiles fit the SMs (SWAP_AB_MAX_SPLIT). Measured
+    against the unswapped decode kernel in one run on the H100 (results/sweep_swap_ab_memset.json, _n24576.json;
+    docs/benchmarks.md, "Swap AB"): +1 to +18% at all eleven
     M <= 32 shapes (1 x 7168 x 2048 +18%, 16 x 2112 x 7168 +5%, 32 x 4096 x 7168 +1%); on an H200 a swapped 64 x 64
     tile lost 26% to the unswapped 64 x 16 at 64 x 2112 x 7168 (results/sweep_swap_ab_h200_m64.json), hence the
     bound. Weight tiles of 128 rows and more stages were no better."""
     block_m = swap_ab_token_rows(m)
     tile_count = ceil_div(n, SWAP_AB_BLOCK_N)
     persistent = tile_count > device.sm_count
-    split_k = decode_split_k(m, k, tile_count, device.sm_count, largest=SWAP_AB_MAX_SPLIT)
+    split_k = decode_split_k(m, k, tile_count, device.sm_count, largest=SWAP_AB_MAX_SPLIT, max_m=SWAP_AB_MAX_M)
     config = KernelConfig(block_m=block_m, block_n=SWAP_AB_BLOCK_N, stages=2, producer="warpgroup",
                           registers=REGISTERS, persistent=persistent,
                           raster_group=raster_group(block_m, SWAP_AB_BLOCK_N, device.sm_count) if persistent else 0,

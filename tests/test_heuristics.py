@@ -102,22 +102,22 @@ def test_a_config_override_keeps_production_rule_for_the_accumulator_sets():
 def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():
     assert (choose_config(16, 2112, 7168, H100).block_n, choose_config(16, 2112, 7168, H100).split_k) == (64, 3)
     assert choose_config(16, 4096, 7168, H100).split_k == 2  # 64 tiles: three CTAs each would not fit 132 SMs
-    assert choose_config(32, 4096, 7168, H100).split_k == 1  # M = 32: wide tiles, no split
+    assert choose_config(32, 4096, 7168, H100).split_k == 2  # swapped: M = 32 splits too (64 tiles: pairs)
     assert choose_config(1, 7168, 2048, H100).split_k == 1  # K = 2048: the exchange does not pay
     assert choose_config(64, 2112, 7168, H100).block_n == 16  # M = 64 keeps the model's narrow tiles
 
 
 @pytest.mark.parametrize("m, n, k, block_m, split_k, persistent", [
     (1, 7168, 2048, 8, 1, False), (1, 2112, 7168, 8, 3, False), (8, 7168, 2048, 8, 1, False),
-    (9, 7168, 2048, 16, 1, False), (16, 2112, 7168, 16, 3, False), (17, 2112, 7168, 32, 1, False),
+    (9, 7168, 2048, 16, 1, False), (16, 2112, 7168, 16, 3, False), (17, 2112, 7168, 32, 3, False),
     (1, 4096, 7168, 8, 2, False),  # 64 tiles: pairs
-    (20, 2112, 7168, 32, 1, False), (32, 4096, 7168, 32, 1, False),
+    (20, 2112, 7168, 32, 3, False), (32, 4096, 7168, 32, 2, False), (32, 7168, 2048, 32, 1, False),
     (1, 24576, 1536, 8, 1, True),  # 384 tiles of 64 weight rows: a persistent walk, measured +5%
 ])
 def test_decode_swaps_ab_where_it_measured_faster(m, n, k, block_m, split_k, persistent):
     """M <= 32 (BF16 D, N % 8 == 0): B's rows as wgmma's 64-row side, the fewest power-of-two token rows >= M; K
-    split as the unswapped rule splits it (results/sweep_swap_ab_*.json), over three CTAs where three per tile
-    still fit the SMs (results/sweep_split3_clean.json)."""
+    split at K >= 4096 up to M = 32 (results/sweep_swap_ab_*.json, results/sweep_split_m32_*.json), over three
+    CTAs where three per tile still fit the SMs (results/sweep_split3_*.json)."""
     config = choose_config(m, n, k, H100)
     assert config.swap_ab and (config.block_m, config.block_n) == (block_m, 64), config.describe()
     assert (config.split_k, config.persistent, config.pdl) == (split_k, persistent, not persistent)

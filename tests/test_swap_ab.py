@@ -28,6 +28,7 @@ SWAP_CASES = [  # (M, N, K, config fields): tokens 1-70, ragged N and K, one and
     (100, 1600, 384, dict(block_m=8, block_n=64, stages=2, persistent=True, raster_group=8)),  # 325 tiles, 3 CTAs
     (9, 136, 1152, dict(block_m=16, block_n=64, stages=2, split_k=8)),  # nine K blocks over eight CTAs
     (16, 200, 1152, dict(block_m=16, block_n=64, stages=2, split_k=3)),  # clusters of three, ragged N
+    (20, 136, 1152, dict(block_m=32, block_n=64, stages=2, split_k=3)),  # 32 token rows, 20 of them, over three
     (30, 200, 640, dict(block_m=32, block_n=128, stages=2, early_poll=False, uniform_offsets=False, pdl=True)),
 ]
 
