@@ -28,7 +28,9 @@ What the split costs: rank 1 writes and rank 0 reads 256 x 64 x 4 bytes = 64 KiB
 shared-memory network, and every rank keeps its tile's full A box per stage for a share of the K loop.
 The production heuristics go further for decode (``gemm.heuristics``: split over 2 CTAs at M <= 16, and at
 M <= 32 tiles of 8-32 token rows with the weight as wgmma's 64-row side, measured in docs/benchmarks.md "Decode:
-wide tiles, and K split over a cluster" and "Swap AB").
+wide tiles, and K split over a cluster" and "Swap AB"). Those swapped tiles split over *three* CTAs where three
+per tile fit: a cluster need not be a power of two, 39 clusters of three are resident, and at 16 x 2112 x 7168
+99 CTAs beat 66 by 8% on an H200 after the clean flush (docs/benchmarks.md, "Clusters of three").
 
 What it does not fix, measured at 16 x 2112 x 7168 in the same run (results/ladder_16x2112x7168.json): stage 12
 takes 31.8 us, 1.66x stage 11's 52.8, yet stage 10 took 25.0 and cuBLAS 14.8. Stage 11's tall tiles are a
