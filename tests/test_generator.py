@@ -262,6 +262,28 @@ def test_split_k_fp32_accumulate_on_the_emulator(rng):
     assert np.array_equal(got, c + reference_gemm(a, sa, b, sb).astype(np.float32))
 
 
+@pytest.mark.parametrize("m, n, k, fields", [
+    (300, 1024, 384, dict(block_m=64, block_n=64, raster_group=8)),  # 16 N blocks: two full groups of 8
+    (130, 512, 256, dict(block_m=128, block_n=128, raster_group=16)),  # 4 N blocks < 16: the division path
+    (70, 512, 256, dict(block_m=64, block_n=128, raster_group=0)),  # no raster: 4 N blocks by a shift
+    (200, 768, 256, dict(block_m=128, block_n=96, raster_group=8, multicast=2)),  # 8 N blocks, pairs
+])
+def test_raster_shifts_walk_the_same_tiles_on_the_emulator(m, n, k, fields, rng):
+    """raster_shifts: a tile's coordinates by shifts where the raster group divides the N blocks (else the two
+    divisions, unchanged): exact on ragged M, 3 CTAs walking several tiles each."""
+    from gemm.testing.emulated import run_gemm
+    config = KernelConfig(stages=2, raster_shifts=True, **fields)
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=3, seed=int(rng.integers(1000))), problem)
+
+
+def test_raster_shifts_leave_no_division_where_they_apply():
+    from gemm.kernel.generator import generate
+    config = KernelConfig(block_m=128, block_n=128, stages=4, raster_group=16)
+    before, after = generate(config, 32768, 512), generate(config.replace(raster_shifts=True), 32768, 512)
+    assert before.count("div.u32") == 2 * after.count("div.u32") and after.count("rem.u32") == 0
+
+
 def test_even_waves_sizes_only_a_persistent_grid():
     """even_waves: the fewest CTAs that take as many waves as one CTA per SM, the kernel unchanged."""
     from gemm.kernel.launch import grid

@@ -137,6 +137,10 @@ class KernelConfig:
     # persistent: launch ceil(tiles / waves) CTAs instead of one per SM, so every CTA walks the same number of tiles
     # (DeepGEMM's "minimal number of SMs"); the generated kernel is the same, only the grid changes
     even_waves: bool = False
+    # a tile's coordinates by shifts where the raster group (or, without one, the N blocks) is a power of two that
+    # divides the N blocks: one div.u32 instead of two per tile (ptxas emits a reciprocal sequence of about ten
+    # instructions for each, on the path from one tile to the next)
+    raster_shifts: bool = False
 
     def __post_init__(self):
         if self.swap_ab:
@@ -338,8 +342,9 @@ class KernelConfig:
         fields = [f"{self.block_m}x{self.block_n}", f"{self.stages} stages", f"{self.producer} producer"]
         if self.registers:
             fields.append("setmaxnreg {}/{}".format(*self.registers))
-        fields.append(f"persistent (raster group {self.raster_group}{', even waves' if self.even_waves else ''})"
-                      if self.persistent else "one CTA per tile")
+        walk = "".join(note for on, note in ((self.even_waves, ", even waves"), (self.raster_shifts, ", by shifts"))
+                       if on)
+        fields.append(f"persistent (raster group {self.raster_group}{walk})" if self.persistent else "one CTA per tile")
         fields.append(f"{self.epilogue} epilogue")
         if self.multicast > 1:
             fields.append(f"A multicast to {self.multicast} CTAs")

@@ -123,8 +123,18 @@ class TileScheduler:
         table = self.seams.tile_coords  # a caller's tile map (gemm.kernel.seams), else the grouped raster
         if table is not None:
             self._coords_table(table, tile, m_block, n_block)
+        elif self.group_tiles is None and c.raster_shifts and _power_of_two(self.n_blocks):
+            e(f"shr.u32 {m_block}, {tile}, {self.n_blocks.bit_length() - 1};",
+              f"and.b32 {n_block}, {tile}, {self.n_blocks - 1};")
         elif self.group_tiles is None:
             e(f"div.u32 {m_block}, {tile}, {self.n_blocks};", f"rem.u32 {n_block}, {tile}, {self.n_blocks};")
+        elif c.raster_shifts and self.n_blocks % c.raster_group == 0 and _power_of_two(c.raster_group):
+            # every group is raster_group blocks wide: one division (by the run-time group size), then shifts
+            group, first_n, rest, shift = r("u32"), r("u32"), r("u32"), c.raster_group.bit_length() - 1
+            e(f"div.u32 {group}, {tile}, {self.group_tiles};",
+              f"mul.lo.u32 {rest}, {group}, {self.group_tiles};", f"sub.u32 {rest}, {tile}, {rest};",
+              f"shr.u32 {m_block}, {rest}, {shift};", f"and.b32 {n_block}, {rest}, {c.raster_group - 1};",
+              f"shl.b32 {first_n}, {group}, {shift};", f"add.u32 {n_block}, {n_block}, {first_n};")
         else:
             group, first_n, width, rest = r("u32"), r("u32"), r("u32"), r("u32")
             e(f"div.u32 {group}, {tile}, {self.group_tiles};",
@@ -261,3 +271,7 @@ class TileScheduler:
 
 
 __all__ = ["TileScheduler", "tile_coords", "schedule", "masked_schedule"]
+
+
+def _power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0

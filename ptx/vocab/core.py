@@ -117,8 +117,8 @@ def promote(total: str, partial: str, scale: str) -> str:
 
 def divide_by_constant(dst_u32: str, src_u32: str, divisor: int) -> str:
     # PTX ISA "shr" / "div" (.u32): dst = src / divisor for a compile-time divisor; a shift where it is a power of
-    # two (what the power-of-two-only kernels always emitted), else div.u32 by an immediate, which ptxas turns into
-    # a multiply-high and a shift
+    # two (what the power-of-two-only kernels always emitted), else div.u32 by an immediate (ptxas 13.0 emits a
+    # reciprocal sequence of about ten instructions for it, not a multiply-high: keep it off per-K-block paths)
     if divisor & (divisor - 1) == 0:
         return f"shr.u32 {dst_u32}, {src_u32}, {divisor.bit_length() - 1};"
     return f"div.u32 {dst_u32}, {src_u32}, {divisor};"
