@@ -277,6 +277,30 @@ def test_raster_shifts_walk_the_same_tiles_on_the_emulator(m, n, k, fields, rng)
     assert_exact(run_gemm(config, *problem, sm_count=3, seed=int(rng.integers(1000))), problem)
 
 
+@pytest.mark.parametrize("m, n, k, fields", [
+    (300, 416, 640, dict(block_m=128, block_n=128)),  # ragged M and N, 12 tiles over 3 CTAs
+    (200, 600, 384, dict(block_m=128, block_n=192)),  # tiles across two B-scale blocks (two scales a K block)
+    (130, 136, 512, dict(block_m=256, block_n=64)),  # two waves per warpgroup
+    (70, 1104, 1152, dict(block_m=64, block_n=160, raster_group=8)),  # tiles across scale blocks, raster groups
+    (300, 416, 640, dict(block_m=128, block_n=128, multicast=2)),  # pairs, a lone CTA at the end
+    (70, 320, 8960, dict(block_m=64, block_n=160)),  # 140 scales for 128 math threads: two chunks
+])
+@pytest.mark.parametrize("seed", [None, 7])
+def test_b_scales_fetched_a_tile_ahead_on_the_emulator(m, n, k, fields, seed, rng):
+    """prefetch_b_scales: each tile's B scales were read into registers during the previous tile (the first tile
+    reads its own); exact on ragged shapes with several tiles per CTA, under round-robin and random schedules."""
+    from gemm.testing.emulated import run_gemm
+    config = KernelConfig(stages=2, prefetch_b_scales=True, **fields)
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=3, seed=seed), problem)
+
+
+def test_prefetch_b_scales_needs_a_persistent_dense_walk():
+    for fields in (dict(persistent=False, raster_group=0), dict(gemm_type="masked"), dict(b_scales="1x128")):
+        with pytest.raises(ValueError, match="prefetch_b_scales"):
+            KernelConfig(prefetch_b_scales=True, **fields)
+
+
 def test_raster_shifts_leave_no_division_where_they_apply():
     from gemm.kernel.generator import generate
     config = KernelConfig(block_m=128, block_n=128, stages=4, raster_group=16)

@@ -141,6 +141,9 @@ class KernelConfig:
     # divides the N blocks: one div.u32 instead of two per tile (ptxas emits a reciprocal sequence of about ten
     # instructions for each, on the path from one tile to the next)
     raster_shifts: bool = False
+    # persistent dense walk: the next tile's B scales are read from global memory into registers before this tile's
+    # epilogue, so the load's latency runs under the epilogue instead of at the next tile's start (128x128 B scales)
+    prefetch_b_scales: bool = False
 
     def __post_init__(self):
         if self.swap_ab:
@@ -242,6 +245,9 @@ class KernelConfig:
             raise ValueError("split_k > 1 gives each cluster one tile of the dense forward GEMM: it needs "
                              "persistent=False, producer='warpgroup', multicast=1, gemm_type='normal' and "
                              "b_scales='128x128'")
+        if self.prefetch_b_scales and (not self.persistent or self.grouped or self.b_scales != "128x128"):
+            raise ValueError("prefetch_b_scales=True fetches the next tile's 128x128 B scales of a persistent dense "
+                             "walk: it needs persistent=True, gemm_type='normal' and b_scales='128x128'")
         if self.even_waves and not self.persistent:
             raise ValueError("even_waves=True sizes a persistent grid: it needs persistent=True")
         if self.accumulators == 2 and (self.block_m > 128 or self.producer != "warpgroup"
@@ -342,8 +348,8 @@ class KernelConfig:
         fields = [f"{self.block_m}x{self.block_n}", f"{self.stages} stages", f"{self.producer} producer"]
         if self.registers:
             fields.append("setmaxnreg {}/{}".format(*self.registers))
-        walk = "".join(note for on, note in ((self.even_waves, ", even waves"), (self.raster_shifts, ", by shifts"))
-                       if on)
+        walk = "".join(note for on, note in ((self.even_waves, ", even waves"), (self.raster_shifts, ", by shifts"),
+                                             (self.prefetch_b_scales, ", B scales fetched a tile ahead")) if on)
         fields.append(f"persistent (raster group {self.raster_group}{walk})" if self.persistent else "one CTA per tile")
         fields.append(f"{self.epilogue} epilogue")
         if self.multicast > 1:

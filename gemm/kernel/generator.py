@@ -200,9 +200,13 @@ class _Kernel:
         e(f"add.u32 {sb_tile}, {self.smem}, {p.sb_region};")
         c_stage, c_parity = self.ring.counters("c")
         scheduler = self.scheduler("mt")
+        fetched = None
+        if c.prefetch_b_scales:  # the next tile's B scales, fetched into registers before this tile's epilogue
+            fetched = ([r("f32", "sb_next") for _ in self._b_scale_chunks()], r("pred", "p_sb_fetched"))
+            e(f"setp.ne.u32 {fetched[1]}, {self.tid}, {self.tid};")  # none yet: the first tile fetches its own
         with scheduler.tiles() as (m0, n0):
             if c.b_scales == "128x128":  # 1x128 scales arrive with each stage instead
-                self.load_b_scales(math, sb_tile, n0, scheduler.group)
+                self.load_b_scales(math, sb_tile, n0, scheduler.group, fetched)
             math.zero_totals()
             self.release_target = None
             if c.multicast > 1:  # lane l releases CTA l's stage; with no peer at this step, both go to this CTA
@@ -225,6 +229,12 @@ class _Kernel:
                     self.k_loop(math, sb_tile, c_stage, c_parity, variant)
                     e(f"bra {done};")
                 b.place(done)
+            if fetched is not None:  # the LDG's latency runs under this tile's epilogue, not the next tile's start
+                more, _, n0_next = scheduler.next_tile_coords()
+                skip = b.label("sb_prefetch_done")
+                e(f"mov.pred {fetched[1]}, {more};", f"@!{more} bra {skip};")
+                self.fetch_b_scales(n0_next, None, fetched[0])
+                b.place(skip)
             given = None
             if c.split_k > 1:
                 given = b.label("partials_given")
@@ -414,11 +424,23 @@ class _Kernel:
             e(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];")
         return values
 
-    def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str, group: str | None = None) -> None:
+    def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str, group: str | None = None,
+                      fetched: tuple[list[str], str] | None = None) -> None:
         """The tile's K/128 B scales into shared memory, once per tile (every thread of the tile reads each one).
-        ``group``: a grouped GEMM's tile group (its scales are the g-th ceil(N/128) x K/128 block of sb)."""
+        ``group``: a grouped GEMM's tile group (its scales are the g-th ceil(N/128) x K/128 block of sb).
+        ``fetched``: (registers, predicate) of KernelConfig.prefetch_b_scales: where the predicate is set, the
+        registers already hold this tile's scales (:meth:`fetch_b_scales` at the previous tile's end)."""
         b, e, r, p, c = self.b, self.b.emit, self.b.reg, self.plan, self.config
         e(math_barrier(c))  # every warp finished reading the previous tile's scales
+        if fetched is not None:
+            values, ready = fetched
+            skip = b.label("sb_fetched")
+            e(f"@{ready} bra {skip};")
+            self.fetch_b_scales(n0, group, values)
+            b.place(skip)
+            self._store_b_scales(sb_tile, values)
+            e(math_barrier(c))
+            return
         sb = self.sb
         if group is not None:
             sb, offset = r("u64", "sb_group"), r("u64")
@@ -441,6 +463,43 @@ class _Kernel:
               f"mad.lo.u32 {target}, {index}, 4, {sb_tile};", f"st.shared.f32 [{target}], {value};")
             b.place(skip)
         e(math_barrier(c))
+
+    def _b_scale_chunks(self) -> list[int]:
+        """The first index of each math_threads-wide chunk of the tile's scales (one scale per thread a chunk)."""
+        return list(range(0, self.plan.kb * self.plan.sb_rows, self.config.math_threads))
+
+    def fetch_b_scales(self, n0: str, group: str | None = None, values: list[str] | None = None) -> list[str]:
+        """prefetch_b_scales: the tile at column ``n0``'s K/128 B scales from global memory into registers
+        (``values``, fresh if None), this thread's one per chunk (:meth:`_b_scale_chunks`); the same addresses and
+        clamp as :meth:`load_b_scales`, whose copy into shared memory (:meth:`_store_b_scales`) follows."""
+        b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
+        values = values or [r("f32", "sb_fetched") for _ in self._b_scale_chunks()]
+        sb = self.sb
+        if group is not None:
+            sb, offset = r("u64", "sb_group"), r("u64")
+            e(f"mul.wide.u32 {offset}, {group}, {ceil_div(p.n, 128) * p.kb * 4};",
+              f"add.u64 {sb}, {self.sb}, {offset};")
+        row, base = r("u32"), r("u64")
+        e(f"shr.u32 {row}, {n0}, 7;", f"mul.wide.u32 {base}, {row}, {p.kb * 4};", f"add.u64 {base}, {base}, {sb};")
+        # two rows when the tile may span two scale blocks; the last tile's second row may not exist (its
+        # columns are past N and never stored), so indices past the last row read its last scale instead
+        count = p.kb * p.sb_rows
+        limit = r("u32")
+        e(f"mul.lo.u32 {limit}, {row}, {p.kb};", f"sub.u32 {limit}, {ceil_div(p.n, 128) * p.kb - 1}, {limit};")
+        for first, value in zip(self._b_scale_chunks(), values):
+            index, inside, source, clamped = r("u32"), r("pred"), r("u64"), r("u32")
+            e(f"add.u32 {index}, {self.tid}, {first};", f"setp.lt.u32 {inside}, {index}, {count};",
+              f"min.u32 {clamped}, {index}, {limit};", core.element_address(source, base, clamped, 4),
+              f"@{inside} ld.global.nc.f32 {value}, [{source}];")
+        return values
+
+    def _store_b_scales(self, sb_tile: str, values: list[str]) -> None:
+        e, r, p = self.b.emit, self.b.reg, self.plan
+        count = p.kb * p.sb_rows
+        for first, value in zip(self._b_scale_chunks(), values):
+            index, inside, target = r("u32"), r("pred"), r("u32")
+            e(f"add.u32 {index}, {self.tid}, {first};", f"setp.lt.u32 {inside}, {index}, {count};",
+              f"mad.lo.u32 {target}, {index}, 4, {sb_tile};", f"@{inside} st.shared.f32 [{target}], {value};")
 
     def warp_specialized_body(self) -> None:
         b, e, r, c = self.b, self.b.emit, self.b.reg, self.config

@@ -195,6 +195,7 @@ class TileScheduler:
             yield self._coords(tile)
             return
         step, done, top, finished = r("u32"), r("pred"), b.label(f"{self.name}_tile"), b.label(f"{self.name}_done")
+        self.step = step
         e(f"mov.u32 {step}, %nctaid.x;")
         b.place(top)
         e(f"setp.ge.u32 {done}, {tile}, {self.num_tiles};", f"@{done} bra {finished};")
@@ -206,6 +207,14 @@ class TileScheduler:
             yield self._coords(tile)
         e(f"add.u32 {tile}, {tile}, {step};", f"bra {top};")
         b.place(finished)
+
+    def next_tile_coords(self) -> tuple[str, str, str]:
+        """Inside :meth:`tiles` of a persistent dense walk: (a predicate set when this CTA has a next tile, that
+        tile's m0, its n0); the coordinates mean nothing where the predicate is clear."""
+        e, r = self.b.emit, self.b.reg
+        following, more = r("u32", "next_tile"), r("pred", "p_next_tile")
+        e(f"add.u32 {following}, {self.tile}, {self.step};", f"setp.lt.u32 {more}, {following}, {self.num_tiles};")
+        return (more, *self._coords(following))
 
     # -- grouped GEMMs ------------------------------------------------------------------------------
     def _contiguous_group(self, m0: str, n0: str, skip: str) -> tuple[str, str]:
