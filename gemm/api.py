@@ -68,20 +68,21 @@ def fp8_gemm_nt(lhs, rhs, out, c=None, *, stream=None) -> None:
         try:
             key = dense_signature(a, sa, b, sb, out)
         except AttributeError:  # an argument that is not a tensor: the checks below name it
-            return _first_call(a, sa, b, sb, out, c, stream, None)
+            return _checked_call(a, sa, b, sb, out, c, stream, None)
         prepared = dispatch.PREPARED.get(key)
         if prepared is not None:
             return prepared(hot[2](key[OUT_DEVICE]))
-        return _first_call(a, sa, b, sb, out, c, stream, key)
-    return _first_call(a, sa, b, sb, out, c, stream)
+        return _checked_call(a, sa, b, sb, out, c, stream, key)
+    return _checked_call(a, sa, b, sb, out, c, stream)
 
 
-_NOT_YET = object()  # _first_call's key: not computed yet
+_NOT_YET = object()  # _checked_call's key: not computed yet
 
 
-def _first_call(a, sa, b, sb, out, c, stream, key=_NOT_YET) -> None:
-    """fp8_gemm_nt past the hot path: under torch.compile, a signature not seen yet (``key``, when the hot path
-    computed it: the signature, or None for an argument that is not a tensor), a c, a stream, other arrays."""
+def _checked_call(a, sa, b, sb, out, c, stream, key=_NOT_YET) -> None:
+    """fp8_gemm_nt past the hot path, every check on: under torch.compile, a signature not seen yet (``key``, when
+    the hot path computed it: the signature, or None for an argument that is not a tensor), a c, a stream, arrays
+    that are not CUDA torch tensors."""
     global _HOT_PATH
     if is_torch_tensor(out):
         import torch

@@ -29,6 +29,10 @@ GROUP = 128  # DeepSeek-V3's quantization granularity along K (and along N for t
 AMAX_FLOOR = 1e-4  # keeps all-zero groups finite, as DeepGEMM's casts do: groups below it map under 448
 
 
+def is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -55,8 +55,14 @@ SWAP_AB_MAX_M, SWAP_AB_BLOCK_N = 32, 64  # see swap_ab_config
 # (config.k_share), and all 33 clusters are resident (test_split_k_cluster_residency). Unlike the unswapped tiles
 # (SPLIT_K_MAX_M), swapped ones split up to M = 32: at 32 x 2112 x 7168 8.8 us split against 11.6 unsplit, at
 # 32 x 4096 x 7168 (64 tiles: pairs) 13.0 against 13.5 after the memset and 11.0 against 12.2 after the clean flush
-# (H200, results/sweep_split_m32_memset.json, _clean.json); K = 2048 still loses (32 x 7168 x 2048: 10.3 against 7.5).
+# (H200, results/sweep_split_m32_memset.json, _clean.json). The K >= SPLIT_K_MIN_K gate is the unswapped rule's,
+# not re-measured at M = 17-32 (32 x 7168 x 2048, forced to split, ran 10.3 against 7.5 us, but its 112 tiles
+# leave no SM for a second CTA: that measures oversubscription, not K).
 SWAP_AB_MAX_SPLIT = 3
+# Clusters of three resident at once on the 132 SMs of a GH100 (H100, H200; cuOccupancyMaxActiveClusters, GPU test
+# test_split_k_cluster_residency): past it a split over three would run its last clusters in a second wave, so
+# more tiles split over pairs. Scaled by the SM count elsewhere (not measured on other parts).
+RESIDENT_CLUSTERS_OF_THREE = 39
 D_BUFFER_MIN_K = 10240  # from this K on, 256-row tiles store D in passes through a quarter buffer (_choose_config)  # a tile's fixed cost, about one K block of a 128 x 128 tile (choose_blocks)
 REGISTERS = (40, 232)  # producer / math warpgroups (DeepGEMM's split): 128 x 40 + 256 x 232 <= 65536
 
@@ -209,7 +215,10 @@ def decode_split_k(m: int, k: int, tile_count: int, sms: int, largest: int = 2, 
     for which the tiles still give every CTA an SM of its own (see SPLIT_K_MAX_M's measurements; swap AB's tiles
     split up to M = 32 and over up to three CTAs, SWAP_AB_MAX_SPLIT), else one."""
     if m <= max_m and k >= SPLIT_K_MIN_K:
-        return widest_split(tile_count, ceil_div(k, 128), sms, largest=largest, powers_of_two=False)
+        split = widest_split(tile_count, ceil_div(k, 128), sms, largest=largest, powers_of_two=False)
+        if split == 3 and tile_count > RESIDENT_CLUSTERS_OF_THREE * sms // 132:  # the last ones: a second wave
+            split = widest_split(tile_count, ceil_div(k, 128), sms, largest=2)
+        return split
     return 1
 
 

@@ -317,6 +317,8 @@ def test_even_waves_sizes_only_a_persistent_grid():
     assert grid(config, 128, 32768, 132) == 132 and grid(config.replace(even_waves=True), 128, 32768, 132) == 128
     assert grid(config.replace(even_waves=True), 128, 128 * 100, 132) == 100  # one wave: one CTA per tile
     assert grid(config.replace(even_waves=True), 4096, 4096, 132) == 128  # 1024 tiles: 8 waves of 128
+    pairs = config.replace(even_waves=True, multicast=2)  # 266 tiles: 3 waves of 89, rounded up to whole pairs
+    assert grid(pairs, 128 * 2, 128 * 133, 132) == 90
     from gemm.kernel.generator import generate
     assert generate(config, 4096, 512) == generate(config.replace(even_waves=True), 4096, 512)
 
@@ -541,9 +543,10 @@ def test_production_kernels_take_k_in_16_byte_steps_on_the_emulator(k, rng):
 
 @pytest.mark.gpu
 def test_split_k_cluster_residency():
-    """The heuristics split K over clusters of two (three for swap AB's tiles) only while the split tiles still
-    give every CTA an SM: every cluster of production's decode configs must then be resident at once (the driver's
-    cuOccupancyMaxActiveClusters), or the last ones would run in a second wave. Clusters of four are not all
+    """The heuristics split K over clusters of two (three for swap AB's tiles, up to the 39 resident) only while the
+    split tiles still give every CTA an SM: every cluster of production's decode configs must then be resident at
+    once (the driver's cuOccupancyMaxActiveClusters), or the last ones would run in a second wave; the shapes span
+    33 to 64 tiles, 39 and 40 among them. Clusters of four are not all
     resident on an H100 (30 of 33 there: 120 CTAs), which is why 4-CTA splits measured slower at 132 CTAs
     (docs/benchmarks.md)."""
     from cuda.bindings import driver
@@ -565,7 +568,8 @@ def test_split_k_cluster_residency():
         return clusters
 
     resident = {}
-    for m, n, k in ((16, 2112, 7168), (1, 2112, 7168), (1, 4096, 7168), (16, 4096, 7168)):
+    for m, n, k in ((16, 2112, 7168), (1, 2112, 7168), (1, 4096, 7168), (16, 4096, 7168), (16, 2496, 7168),
+                    (16, 2560, 7168), (16, 2816, 7168), (32, 2112, 7168)):
         config = choose_config(m, n, k, facts)
         assert config.split_k > 1, config.describe()
         resident[(m, n, k)] = clusters = resident_clusters(config, n, k)

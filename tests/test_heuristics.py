@@ -111,6 +111,7 @@ def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():
     (1, 7168, 2048, 8, 1, False), (1, 2112, 7168, 8, 3, False), (8, 7168, 2048, 8, 1, False),
     (9, 7168, 2048, 16, 1, False), (16, 2112, 7168, 16, 3, False), (17, 2112, 7168, 32, 3, False),
     (1, 4096, 7168, 8, 2, False),  # 64 tiles: pairs
+    (16, 2496, 7168, 16, 3, False), (16, 2560, 7168, 16, 2, False),  # 39 tiles: threes; 40: past the resident 39
     (20, 2112, 7168, 32, 3, False), (32, 4096, 7168, 32, 2, False), (32, 7168, 2048, 32, 1, False),
     (1, 24576, 1536, 8, 1, True),  # 384 tiles of 64 weight rows: a persistent walk, measured +5%
 ])

@@ -79,7 +79,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from gemm.fp8 import ceil_div
+from gemm.fp8 import ceil_div, is_power_of_two
 from gemm.kernel.math_warpgroups import staging_pitch
 
 BLOCK_K = 128  # one scale group = one 128-byte swizzle row of e4m3
@@ -248,8 +248,9 @@ class KernelConfig:
         if self.prefetch_b_scales and (not self.persistent or self.grouped or self.b_scales != "128x128"):
             raise ValueError("prefetch_b_scales=True fetches the next tile's 128x128 B scales of a persistent dense "
                              "walk: it needs persistent=True, gemm_type='normal' and b_scales='128x128'")
-        if self.even_waves and not self.persistent:
-            raise ValueError("even_waves=True sizes a persistent grid: it needs persistent=True")
+        if self.even_waves and (not self.persistent or self.gemm_type == "masked"):
+            raise ValueError("even_waves=True sizes a persistent grid by its tile count: it needs persistent=True and "
+                             "a tile count known on the host (not gemm_type='masked')")
         if self.accumulators == 2 and (self.block_m > 128 or self.producer != "warpgroup"
                                        or self.b_scales != "128x128"):
             raise ValueError("accumulators=2 keeps two K blocks of one 64-row wave in flight: it needs block_m <= 128 "
@@ -540,7 +541,7 @@ def widest_split(tile_count: int, k_blocks: int, sm_count: int, largest: int = 8
     """The most CTAs (up to ``largest``; a power of two unless ``powers_of_two`` is False) that may share each
     tile's K blocks so that every CTA has an SM of its own and at least one K block: 1 where the tiles alone fill
     the SMs."""
-    choices = (s for s in SPLIT_K if s <= largest and (not powers_of_two or s & (s - 1) == 0))
+    choices = (s for s in SPLIT_K if s <= largest and (not powers_of_two or is_power_of_two(s)))
     return max((s for s in choices if s * tile_count <= sm_count and s <= k_blocks), default=1)
 
 

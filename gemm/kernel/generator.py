@@ -230,10 +230,10 @@ class _Kernel:
                     e(f"bra {done};")
                 b.place(done)
             if fetched is not None:  # the LDG's latency runs under this tile's epilogue, not the next tile's start
-                more, _, n0_next = scheduler.next_tile_coords()
+                more, following = scheduler.next_tile()
                 skip = b.label("sb_prefetch_done")
                 e(f"mov.pred {fetched[1]}, {more};", f"@!{more} bra {skip};")
-                self.fetch_b_scales(n0_next, None, fetched[0])
+                self.fetch_b_scales(scheduler.coords(following)[1], fetched[0])
                 b.place(skip)
             given = None
             if c.split_k > 1:
@@ -430,29 +430,18 @@ class _Kernel:
         ``group``: a grouped GEMM's tile group (its scales are the g-th ceil(N/128) x K/128 block of sb).
         ``fetched``: (registers, predicate) of KernelConfig.prefetch_b_scales: where the predicate is set, the
         registers already hold this tile's scales (:meth:`fetch_b_scales` at the previous tile's end)."""
-        b, e, r, p, c = self.b, self.b.emit, self.b.reg, self.plan, self.config
+        b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
         e(math_barrier(c))  # every warp finished reading the previous tile's scales
         if fetched is not None:
             values, ready = fetched
             skip = b.label("sb_fetched")
             e(f"@{ready} bra {skip};")
-            self.fetch_b_scales(n0, group, values)
+            self.fetch_b_scales(n0, values)
             b.place(skip)
             self._store_b_scales(sb_tile, values)
             e(math_barrier(c))
             return
-        sb = self.sb
-        if group is not None:
-            sb, offset = r("u64", "sb_group"), r("u64")
-            e(f"mul.wide.u32 {offset}, {group}, {ceil_div(p.n, 128) * p.kb * 4};",
-              f"add.u64 {sb}, {self.sb}, {offset};")
-        row, base = r("u32"), r("u64")
-        e(f"shr.u32 {row}, {n0}, 7;", f"mul.wide.u32 {base}, {row}, {p.kb * 4};", f"add.u64 {base}, {base}, {sb};")
-        # two rows when the tile may span two scale blocks; the last tile's second row may not exist (its
-        # columns are past N and never stored), so indices past the last row read its last scale instead
-        count = p.kb * p.sb_rows
-        limit = r("u32")
-        e(f"mul.lo.u32 {limit}, {row}, {p.kb};", f"sub.u32 {limit}, {ceil_div(p.n, 128) * p.kb - 1}, {limit};")
+        base, limit, count = self._b_scale_source(n0, group)
         for first in range(0, count, c.math_threads):
             index, inside, skip = r("u32"), r("pred"), b.label("sb_done")
             e(f"add.u32 {index}, {self.tid}, {first};", f"setp.ge.u32 {inside}, {index}, {count};",
@@ -468,12 +457,11 @@ class _Kernel:
         """The first index of each math_threads-wide chunk of the tile's scales (one scale per thread a chunk)."""
         return list(range(0, self.plan.kb * self.plan.sb_rows, self.config.math_threads))
 
-    def fetch_b_scales(self, n0: str, group: str | None = None, values: list[str] | None = None) -> list[str]:
-        """prefetch_b_scales: the tile at column ``n0``'s K/128 B scales from global memory into registers
-        (``values``, fresh if None), this thread's one per chunk (:meth:`_b_scale_chunks`); the same addresses and
-        clamp as :meth:`load_b_scales`, whose copy into shared memory (:meth:`_store_b_scales`) follows."""
-        b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
-        values = values or [r("f32", "sb_fetched") for _ in self._b_scale_chunks()]
+    def _b_scale_source(self, n0: str, group: str | None) -> tuple[str, str, int]:
+        """(the u64 address of the tile's first B scale, the last index it may read, the scales to read): K/128
+        per scale block the tile spans. ``group``: a grouped GEMM's tile group (the g-th ceil(N/128) x K/128 block
+        of sb)."""
+        e, r, p = self.b.emit, self.b.reg, self.plan
         sb = self.sb
         if group is not None:
             sb, offset = r("u64", "sb_group"), r("u64")
@@ -483,9 +471,17 @@ class _Kernel:
         e(f"shr.u32 {row}, {n0}, 7;", f"mul.wide.u32 {base}, {row}, {p.kb * 4};", f"add.u64 {base}, {base}, {sb};")
         # two rows when the tile may span two scale blocks; the last tile's second row may not exist (its
         # columns are past N and never stored), so indices past the last row read its last scale instead
-        count = p.kb * p.sb_rows
         limit = r("u32")
         e(f"mul.lo.u32 {limit}, {row}, {p.kb};", f"sub.u32 {limit}, {ceil_div(p.n, 128) * p.kb - 1}, {limit};")
+        return base, limit, p.kb * p.sb_rows
+
+    def fetch_b_scales(self, n0: str, values: list[str] | None = None) -> list[str]:
+        """prefetch_b_scales (dense GEMMs): the tile at column ``n0``'s K/128 B scales from global memory into
+        registers (``values``, fresh if None), this thread's one per chunk (:meth:`_b_scale_chunks`); the copy into
+        shared memory (:meth:`_store_b_scales`) follows at the tile's start."""
+        e, r = self.b.emit, self.b.reg
+        values = values or [r("f32", "sb_fetched") for _ in self._b_scale_chunks()]
+        base, limit, count = self._b_scale_source(n0, None)
         for first, value in zip(self._b_scale_chunks(), values):
             index, inside, source, clamped = r("u32"), r("pred"), r("u64"), r("u32")
             e(f"add.u32 {index}, {self.tid}, {first};", f"setp.lt.u32 {inside}, {index}, {count};",

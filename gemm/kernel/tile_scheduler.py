@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from gemm.fp8 import ceil_div
+from gemm.fp8 import ceil_div, is_power_of_two
 from gemm.kernel.config import KernelConfig
 from gemm.kernel.seams import NO_SEAMS, Seams
 from ptx.builder import KernelBuilder
@@ -123,12 +123,12 @@ class TileScheduler:
         table = self.seams.tile_coords  # a caller's tile map (gemm.kernel.seams), else the grouped raster
         if table is not None:
             self._coords_table(table, tile, m_block, n_block)
-        elif self.group_tiles is None and c.raster_shifts and _power_of_two(self.n_blocks):
+        elif self.group_tiles is None and c.raster_shifts and is_power_of_two(self.n_blocks):
             e(f"shr.u32 {m_block}, {tile}, {self.n_blocks.bit_length() - 1};",
               f"and.b32 {n_block}, {tile}, {self.n_blocks - 1};")
         elif self.group_tiles is None:
             e(f"div.u32 {m_block}, {tile}, {self.n_blocks};", f"rem.u32 {n_block}, {tile}, {self.n_blocks};")
-        elif c.raster_shifts and self.n_blocks % c.raster_group == 0 and _power_of_two(c.raster_group):
+        elif c.raster_shifts and self.n_blocks % c.raster_group == 0 and is_power_of_two(c.raster_group):
             # every group is raster_group blocks wide: one division (by the run-time group size), then shifts
             group, first_n, rest, shift = r("u32"), r("u32"), r("u32"), c.raster_group.bit_length() - 1
             e(f"div.u32 {group}, {tile}, {self.group_tiles};",
@@ -208,13 +208,18 @@ class TileScheduler:
         e(f"add.u32 {tile}, {tile}, {step};", f"bra {top};")
         b.place(finished)
 
-    def next_tile_coords(self) -> tuple[str, str, str]:
+    def next_tile(self) -> tuple[str, str]:
         """Inside :meth:`tiles` of a persistent dense walk: (a predicate set when this CTA has a next tile, that
-        tile's m0, its n0); the coordinates mean nothing where the predicate is clear."""
+        tile's index); ask :meth:`coords` of it only where the predicate is set (a tile_coords table has no entry
+        past the last tile)."""
         e, r = self.b.emit, self.b.reg
         following, more = r("u32", "next_tile"), r("pred", "p_next_tile")
         e(f"add.u32 {following}, {self.tile}, {self.step};", f"setp.lt.u32 {more}, {following}, {self.num_tiles};")
-        return (more, *self._coords(following))
+        return more, following
+
+    def coords(self, tile: str) -> tuple[str, str]:
+        """(m0, n0) of a dense tile index: the walk's own order."""
+        return self._coords(tile)
 
     # -- grouped GEMMs ------------------------------------------------------------------------------
     def _contiguous_group(self, m0: str, n0: str, skip: str) -> tuple[str, str]:
@@ -280,7 +285,3 @@ class TileScheduler:
 
 
 __all__ = ["TileScheduler", "tile_coords", "schedule", "masked_schedule"]
-
-
-def _power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0

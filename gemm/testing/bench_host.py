@@ -129,13 +129,12 @@ def profile_pieces(m: int = 64, n: int = 512, k: int = 128) -> dict[str, float]:
     prepared = dispatch.PREPARED[key]
     device = out.get_device()
     stream = torch._C._cuda_getCurrentRawStream(device)
-    prepared(stream)
-    config, function, address = prepared._configs[stream], prepared._function, prepared._address
+    config, function, address = prepared.launch_arguments(stream)
     launch_by_ctypes = _ctypes_launch(config, function, address)
     reference = torch.zeros(16, device=out.device)
     pieces = {
         "fp8_gemm_nt (whole call)": lambda: gemm.fp8_gemm_nt(lhs, rhs, out),
-        "  without the hot path": lambda: api._first_call(a, sa, b, sb, out, None, None),
+        "  without the hot path": lambda: api._checked_call(a, sa, b, sb, out, None, None),
         "signature": lambda: dispatch.dense_signature(a, sa, b, sb, out),
         "dict lookup": lambda: dispatch.PREPARED.get(key),
         "current raw stream": lambda: torch._C._cuda_getCurrentRawStream(device),
