@@ -303,6 +303,10 @@ def test_prepared_launch_pushes_its_device_from_any_thread(fake_driver):
     assert fake_driver.launches[-1]["device"] == 1 and fake_driver.stack == [fake_driver.context(1)]
     with pytest.raises(DeviceMismatchError, match="belongs to cuda:2"):
         prepared(fake_driver.new_stream(2))
+    stream = fake_driver.new_stream(1)  # what the host bench hands cuLaunchKernelEx alone: this stream's config
+    config_of_stream, function, address = prepared.launch_arguments(stream)
+    assert int(config_of_stream.hStream) == stream and fake_driver.launches[-1]["stream"] == stream
+    assert address == prepared._address and function is prepared._function
 
 
 def test_two_threads_on_two_devices_launch_at_once(fake_driver, rng):
