@@ -68,22 +68,20 @@ def fp8_gemm_nt(lhs, rhs, out, c=None, *, stream=None) -> None:
         try:
             key = dense_signature(a, sa, b, sb, out)
         except AttributeError:  # an argument that is not a tensor: the checks below name it
-            return _checked_call(a, sa, b, sb, out, c, stream, None)
-        prepared = dispatch.PREPARED.get(key)
-        if prepared is not None:
-            return prepared(hot[2](key[OUT_DEVICE]))
-        return _checked_call(a, sa, b, sb, out, c, stream, key)
+            key = None
+        else:
+            prepared = dispatch.PREPARED.get(key)
+            if prepared is not None:
+                return prepared(hot[2](key[OUT_DEVICE]))
     return _checked_call(a, sa, b, sb, out, c, stream)
 
 
-_NOT_YET = object()  # _checked_call's key: not computed yet
-
-
-def _checked_call(a, sa, b, sb, out, c, stream, key=_NOT_YET) -> None:
-    """fp8_gemm_nt past the hot path, every check on: under torch.compile, a signature not seen yet (``key``, when
-    the hot path computed it: the signature, or None for an argument that is not a tensor), a c, a stream, arrays
+def _checked_call(a, sa, b, sb, out, c, stream) -> None:
+    """fp8_gemm_nt past the hot path, every check on: under torch.compile, a signature not seen yet (its launch is
+    prepared here, so a miss computes the signature twice, beside a launch's preparation), a c, a stream, arrays
     that are not CUDA torch tensors."""
     global _HOT_PATH
+    key = None
     if is_torch_tensor(out):
         import torch
         if torch.compiler.is_compiling():
@@ -91,22 +89,17 @@ def _checked_call(a, sa, b, sb, out, c, stream, key=_NOT_YET) -> None:
         if out.is_cuda and stream is None and c is None:
             # (a CUDA out: this torch has CUDA, and the stream getter)
             _HOT_PATH = (torch.Tensor, torch.compiler.is_compiling, torch._C._cuda_getCurrentRawStream)
-            if key is _NOT_YET:
-                try:
-                    key = dense_signature(a, sa, b, sb, out)
-                except AttributeError:  # an argument that is not a tensor: the checks below name it
-                    key = None
-            if key is not None:
+            try:
+                key = dense_signature(a, sa, b, sb, out)
+            except AttributeError:  # an argument that is not a tensor: the checks below name it
+                key = None
+            else:
                 prepared = dispatch.PREPARED.get(key)
                 if prepared is not None:
                     return prepared(torch._C._cuda_getCurrentRawStream(key[OUT_DEVICE]))
-        else:
-            key = None
         if stream is None and out.is_cuda:
             # A host ``out`` is left to check_gemm_args, which names it, rather than to torch's stream lookup.
             stream = torch._C._cuda_getCurrentRawStream(out.get_device())
-    else:
-        key = None
     dispatch.run_dense(a, sa, b, sb, out, c, stream, plan_key=key)
 
 
