@@ -109,6 +109,38 @@ def disassemble(cubin, function: str | None = None) -> list[Instruction]:
     return instructions
 
 
+_LABEL = re.compile(r"^\s*(\.L\w+):\s*$")
+_TARGET = re.compile(r"`\((\.L\w+)\)")
+
+
+def loops(cubin, function: str | None = None) -> list[tuple[int, int]]:
+    """(first, last) instruction offsets of every backward branch's loop (the branch's target label, the branch),
+    innermost first: a loop's length in instructions is (last - first) / 16 + 1."""
+    function_now, labels, found = None, {}, []
+    waiting = []  # labels seen, waiting for the next instruction's offset
+    listing = _run_nvdisasm(_image(cubin))
+    for line in listing.splitlines():
+        section = _SECTION.match(line)
+        if section:
+            function_now = section.group(1)
+            continue
+        label = _LABEL.match(line)
+        if label:
+            waiting.append(label.group(1))
+            continue
+        first = _FIRST.match(line)
+        if first and (function is None or function_now == function):
+            offset = int(first.group(1), 16)
+            for name in waiting:
+                labels[name] = offset
+            waiting = []
+            target = _TARGET.search(first.group(2))
+            if target and " BRA" in f" {first.group(2)}" and target.group(1) in labels \
+                    and labels[target.group(1)] <= offset:
+                found.append((labels[target.group(1)], offset))
+    return sorted(found, key=lambda loop: loop[1] - loop[0])
+
+
 def span(instructions, opcode: str) -> list[Instruction]:
     """The instructions from the first ``opcode`` to the last, both included (empty when there is none): for
     "QGMMA", a GEMM kernel's K block, the stretch the math warps repeat."""

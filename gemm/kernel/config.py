@@ -144,6 +144,13 @@ class KernelConfig:
     # persistent dense walk: the next tile's B scales are read from global memory into registers before this tile's
     # epilogue, so the load's latency runs under the epilogue instead of at the next tile's start (128x128 B scales)
     prefetch_b_scales: bool = False
+    # the tile's first K block is taken out of the K loop and its promotion writes the totals (total = partial *
+    # scale, an FMUL) instead of adding to totals zeroed at the tile's start: a tile's BLOCK_N/2 x waves MOVs fewer
+    first_block_assigns: bool = False
+    # where the stages divide the K blocks or the K blocks divide the stages, each K block's ring slot is its tile's
+    # first slot plus a compile-time offset: the math K loop is unrolled over a round of the ring, so the slot
+    # addresses and the ring's stage counter leave the per-K-block path (DeepGEMM's compile-time stage index)
+    constant_stages: bool = False
 
     def __post_init__(self):
         if self.swap_ab:
@@ -248,6 +255,13 @@ class KernelConfig:
         if self.prefetch_b_scales and (not self.persistent or self.grouped or self.b_scales != "128x128"):
             raise ValueError("prefetch_b_scales=True fetches the next tile's 128x128 B scales of a persistent dense "
                              "walk: it needs persistent=True, gemm_type='normal' and b_scales='128x128'")
+        if (self.first_block_assigns or self.constant_stages) and (self.producer != "warpgroup"
+                                                                   or self.accumulators != 1):
+            raise ValueError("first_block_assigns and constant_stages shape the math warpgroups' K loop of one K block "
+                             "in flight: they need producer='warpgroup' and accumulators=1")
+        if self.constant_stages and (self.split_k > 1 or self.runtime_k):
+            raise ValueError("constant_stages unrolls the K loop over the ring's stages for a compile-time K-block "
+                             "count: it needs split_k=1 and b_scales='128x128' (K known when the kernel is built)")
         if self.even_waves and (not self.persistent or self.gemm_type == "masked"):
             raise ValueError("even_waves=True sizes a persistent grid by its tile count: it needs persistent=True and "
                              "a tile count known on the host (not gemm_type='masked')")
@@ -375,6 +389,10 @@ class KernelConfig:
             fields.append("two K blocks in flight")
         if self.swap_ab:
             fields.append("swap AB (B rows as wgmma M)")
+        if self.first_block_assigns:
+            fields.append("first K block assigns the totals")
+        if self.constant_stages:
+            fields.append("ring slots at compile-time offsets")
         if self.l2_prefetch:
             fields.append(f"B prefetched {self.l2_prefetch} K blocks ahead into L2")
         if self.grouped:
@@ -509,6 +527,10 @@ class SharedPlan:
         if c.split_k > 1 and self.k and self.kb < c.split_k:
             raise ValueError(f"{c.describe()}: K={self.k} has {self.kb} K blocks, fewer than the {c.split_k} CTAs "
                              "that would share them; use a smaller split_k")
+        if c.constant_stages and self.k and self.kb % c.stages and c.stages % self.kb:
+            raise ValueError(f"{c.describe()}: K={self.k} has {self.kb} K blocks; constant_stages needs the "
+                             f"{c.stages} stages to divide them or them to divide the stages (a divisor of "
+                             f"{self.kb} as stages, or constant_stages=False)")
 
     @property
     def partials_bytes(self) -> int:

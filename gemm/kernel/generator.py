@@ -25,7 +25,7 @@ from gemm.kernel.config import KernelConfig, SharedPlan
 from gemm.kernel.epilogue import StagedEpilogue, TmaEpilogue, math_barrier
 from gemm.kernel.seams import NO_SEAMS, Seams
 from gemm.kernel.math_warpgroups import ColumnScales, MathWarpgroups
-from gemm.kernel.producer import InlineProducer, Ring, WarpgroupProducer
+from gemm.kernel.producer import InlineProducer, Ring, Stage, WarpgroupProducer
 from gemm.kernel.tile_scheduler import TileScheduler
 from ptx.builder import KernelBuilder, module
 from ptx.vocab import barriers, bulk_copies, core, shared_memory
@@ -207,7 +207,8 @@ class _Kernel:
         with scheduler.tiles() as (m0, n0):
             if c.b_scales == "128x128":  # 1x128 scales arrive with each stage instead
                 self.load_b_scales(math, sb_tile, n0, scheduler.group, fetched)
-            math.zero_totals()
+            if not c.first_block_assigns:  # else the tile's first K block writes them
+                math.zero_totals()
             self.release_target = None
             if c.multicast > 1:  # lane l releases CTA l's stage; with no peer at this step, both go to this CTA
                 pair = scheduler.pair_flags(self.rank)
@@ -326,31 +327,37 @@ class _Kernel:
     def k_loop(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str, former: int | None) -> None:
         if self.config.accumulators == 2:
             return self.paired_k_loop(math, sb_tile, c_stage, c_parity, former)
-        b, e, r, p = self.b, self.b.emit, self.b.reg, self.plan
+        if self.config.constant_stages:
+            return self.constant_stage_k_loop(math, sb_tile, c_stage, c_parity, former)
+        b, e, r = self.b, self.b.emit, self.b.reg
         kb, more = r("u32", "kb"), r("pred")
         top = b.label("k_block")
         e(f"mov.u32 {kb}, {self.k_first};")
-        early = self.config.early_poll
-        if early:  # the next stage's full barrier, tested before the promotion: false before the tile's first
-            full_known = r("pred", "p_full_known")
+        full_known = None
+        if self.config.early_poll:  # the next stage's full barrier, tested before the promotion: false before the
+            full_known = r("pred", "p_full_known")  # tile's first
             e(f"setp.ne.u32 {full_known}, {kb}, {kb};")
+        past = None
+        if self.config.first_block_assigns:  # the first K block, out of the loop: its promotion writes the totals
+            self.rolled_k_block(math, sb_tile, c_stage, c_parity, former, kb, full_known, assign=True)
+            past = b.label("k_loop_end")
+            e(f"add.u32 {kb}, {kb}, 1;", f"setp.ge.u32 {more}, {kb}, {self.k_blocks};", f"@{more} bra {past};")
         b.place(top)
-        if self.config.b_scales == "128x128":
-            sb_values = self.read_b_scales(sb_tile, kb)
+        self.rolled_k_block(math, sb_tile, c_stage, c_parity, former, kb, full_known)
+        e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {self.k_blocks};", f"@{more} bra {top};")
+        if past:
+            b.place(past)
+
+    def rolled_k_block(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str, former: int | None,
+                       kb: str, full_known: str | None, assign: bool = False) -> None:
+        """K block ``kb`` from the ring slot ``c_stage`` (a register): wait for it (unless ``full_known`` says it
+        has landed), multiply, release, advance the ring; with early poll, test the next slot's full barrier."""
+        e = self.b.emit
+        sb_values = self.read_b_scales(sb_tile, kb) if self.config.b_scales == "128x128" else None
         slot = self.ring.stage(c_stage)
-        if early:
-            known = b.label("full_known")
-            e(f"@{full_known} bra {known};")
-            self.ring.wait(slot.full, c_parity, "wait_full")
-            b.place(known)
-        else:
-            self.ring.wait(slot.full, c_parity, "wait_full")
-        if self.config.b_scales == "1x128":
-            sb_value = ColumnScales(slot.sb_tile)
-        else:
-            sb_value = sb_values if former is not None else sb_values[0]
+        self.wait_full(slot, c_parity, full_known)
         release = self.release(math, slot.empty, self.release_target)
-        if early:
+        if full_known is not None:
             def release_and_test_next():
                 """Release this stage, step the ring, and test the next stage's full barrier: its result is
                 wanted only after this K block's promotion FFMAs, which hide the test's latency."""
@@ -359,11 +366,82 @@ class _Kernel:
                 self.ring.advance(c_stage, c_parity)
                 stage, parity = tested or (c_stage, c_parity)
                 e(barriers.mbarrier_test_parity(self.ring.stage(stage).full, parity, full_known))
-        math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, sb_value,
-                     release=release_and_test_next if early else release, former_groups=former)
-        if not early:
+        math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, self.b_scale_operand(slot, sb_values, former),
+                     release=release_and_test_next if full_known is not None else release, former_groups=former,
+                     assign=assign)
+        if full_known is None:
             self.ring.advance(c_stage, c_parity)
-        e(f"add.u32 {kb}, {kb}, 1;", f"setp.lt.u32 {more}, {kb}, {self.k_blocks};", f"@{more} bra {top};")
+
+    def wait_full(self, slot: Stage, parity: str, full_known: str | None) -> None:
+        """Wait for ``slot``'s full barrier, skipped where the early poll (``full_known``) saw it complete."""
+        if full_known is None:
+            return self.ring.wait(slot.full, parity, "wait_full")
+        known = self.b.label("full_known")
+        self.b.emit(f"@{full_known} bra {known};")
+        self.ring.wait(slot.full, parity, "wait_full")
+        self.b.place(known)
+
+    def b_scale_operand(self, slot: Stage, sb_values: tuple[str, ...] | None, former: int | None):
+        if self.config.b_scales == "1x128":
+            return ColumnScales(slot.sb_tile)
+        return sb_values if former is not None else sb_values[0]
+
+    def constant_stage_k_loop(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str,
+                              former: int | None) -> None:
+        """KernelConfig.constant_stages: the tile's K blocks in rounds of min(stages, K blocks), the round unrolled
+        with each K block's slot a compile-time offset from the round's first. Where the stages divide the K blocks
+        every tile starts at slot 0 and the parity flips after each round; where the K blocks divide the stages the
+        tile starts at ``c_stage`` (kept per tile, as the producer's continuing count has it) and the tile's end steps
+        it by the K blocks. The early poll tests the round's next slot; at a round's end, slot 0 with the flipped
+        parity (where another round follows), never past the tile's last K block (the next tile forgets it)."""
+        b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
+        stages, blocks = c.stages, self.plan.kb
+        per_round = min(stages, blocks)
+        rounds = blocks // per_round
+        shared_ring = stages > blocks  # several tiles per round of the ring: the tile's first slot is c_stage
+        full_known = None
+        if c.early_poll:
+            full_known = r("pred", "p_full_known")
+            e(f"setp.ne.u32 {full_known}, {c_stage}, {c_stage};")
+
+        def one_round(round_k: str | None, first_round: bool) -> None:
+            """K blocks round_k + s (round_k None: the first round, K blocks s), s = 0 .. per_round - 1."""
+            first_slot = self.ring.stage(c_stage) if shared_ring else None
+            for step in range(per_round):
+                slot = (self.ring.stage_after(first_slot, step) if step else first_slot) if shared_ring \
+                    else self.ring.stage(step)
+                sb_values = self.read_b_scales(sb_tile, step if round_k is None else round_k,
+                                               offset=0 if round_k is None else step)
+                self.wait_full(slot, c_parity, full_known)
+                release = self.release(math, slot.empty, self.release_target)
+                last = step == per_round - 1
+
+                def release_and_step(release=release, last=last, step=step, slot=slot):
+                    release()
+                    if last and not shared_ring:
+                        e(f"xor.b32 {c_parity}, {c_parity}, 1;")  # the ring wraps: every tile's round ends at its end
+                    if full_known is None or last and rounds == 1:
+                        return
+                    following = self.ring.stage(0) if last else (
+                        self.ring.stage_after(first_slot, step + 1) if shared_ring else self.ring.stage(step + 1))
+                    e(barriers.mbarrier_test_parity(following.full, c_parity, full_known))
+                math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, self.b_scale_operand(slot, sb_values, former),
+                             release=release_and_step, former_groups=former,
+                             assign=first_round and step == 0 and c.first_block_assigns)
+
+        one_round(None, True)
+        if rounds > 1:
+            round_k, more, top = r("u32", "round_k"), r("pred"), b.label("k_round")
+            e(f"mov.u32 {round_k}, {per_round};")
+            b.place(top)
+            one_round(round_k, False)
+            e(f"add.u32 {round_k}, {round_k}, {per_round};", f"setp.lt.u32 {more}, {round_k}, {blocks};",
+              f"@{more} bra {top};")
+        if shared_ring:  # the next tile's first slot: K blocks further on, the parity flipped where the ring wraps
+            wrap, flipped = r("pred"), r("u32")
+            e(f"add.u32 {c_stage}, {c_stage}, {blocks};", f"setp.eq.u32 {wrap}, {c_stage}, {stages};",
+              f"selp.u32 {c_stage}, 0, {c_stage}, {wrap};", f"xor.b32 {flipped}, {c_parity}, 1;",
+              f"selp.u32 {c_parity}, {flipped}, {c_parity}, {wrap};")
 
     def paired_k_loop(self, math: MathWarpgroups, sb_tile: str, c_stage: str, c_parity: str,
                       former: int | None) -> None:
@@ -413,15 +491,20 @@ class _Kernel:
                 e(f"bra {done};")
         b.place(done)
 
-    def read_b_scales(self, sb_tile: str, k_block: str, values: tuple[str, ...] | None = None) -> tuple[str, ...]:
-        """K block ``k_block``'s B scales of the tile, from the tile's copy in shared memory (:meth:`load_b_scales`)
-        into ``values`` (fresh registers if None): one, or two where the tile spans two 128-wide scale blocks."""
+    def read_b_scales(self, sb_tile: str, k_block: str | int, values: tuple[str, ...] | None = None,
+                      offset: int = 0) -> tuple[str, ...]:
+        """K block ``k_block`` + ``offset``'s B scales of the tile, from the tile's copy in shared memory
+        (:meth:`load_b_scales`) into ``values`` (fresh registers if None): one, or two where the tile spans two
+        128-wide scale blocks. ``k_block`` a register, or a compile-time int (constant_stages' first round)."""
         e, r, p = self.b.emit, self.b.reg, self.plan
-        sb_address = r("u32")
-        e(f"mad.lo.u32 {sb_address}, {k_block}, 4, {sb_tile};")
+        if isinstance(k_block, int):
+            sb_address, offset = sb_tile, k_block + offset
+        else:
+            sb_address = r("u32")
+            e(f"mad.lo.u32 {sb_address}, {k_block}, 4, {sb_tile};")
         values = values or tuple(r("f32", "sb") for _ in range(p.sb_rows))
         for row, value in enumerate(values):  # row 1 (the next scale block) sits kb floats further
-            e(f"ld.shared.f32 {value}, [{sb_address}+{4 * p.kb * row}];")
+            e(f"ld.shared.f32 {value}, [{sb_address}+{4 * (offset + p.kb * row)}];")
         return values
 
     def load_b_scales(self, math: MathWarpgroups, sb_tile: str, n0: str, group: str | None = None,

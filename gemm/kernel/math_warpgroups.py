@@ -195,16 +195,18 @@ class MathWarpgroups:
 
     # -- one K block ---------------------------------------------------------------------------------
     def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str | tuple[str, str] | ColumnScales,
-                release: Callable[[], None] | None = None, former_groups: int | None = None) -> None:
+                release: Callable[[], None] | None = None, former_groups: int | None = None,
+                assign: bool = False) -> None:
         """Multiply this stage's tiles (u32 shared addresses, 1024-aligned) and promote into the totals;
         ``release()`` emits the stage's release between the wgmma wait and the promotion.
 
         ``sb_value`` is the tile's B scale for this K block, or a pair when the tile spans two 128-wide B-scale
         blocks: its first ``former_groups`` 8-column groups take the first (a compile-time split); or, 1x128,
         the stage's :class:`ColumnScales`. With ``swap_ab`` the roles of the tiles in the wgmma swap
-        (:meth:`_swapped_k_block`)."""
+        (:meth:`_swapped_k_block`). ``assign``: the tile's first K block, whose promotion writes the totals instead of
+        adding to them (KernelConfig.first_block_assigns: no zeroing before it)."""
         if self.swap_ab:
-            return self._swapped_k_block(a_tile, b_tile, sa_tile, sb_value, release)
+            return self._swapped_k_block(a_tile, b_tile, sa_tile, sb_value, release, assign)
         e = self.b.emit
         scratch, b_desc = self._b_descriptor(b_tile)
         column_scales = None
@@ -216,12 +218,12 @@ class MathWarpgroups:
                 e(w.wgmma_wait_group(0))
                 if release is not None and wave == self.waves - 1:
                     release()
-                self._promote_by_column(total, sa_lo, sa_hi, column_scales)
+                self._promote_by_column(total, sa_lo, sa_hi, column_scales, assign)
                 continue
             e(w.wgmma_wait_group(0))
             if release is not None and wave == self.waves - 1:
                 release()
-            self._promote(total, self.acc, sa_lo, sa_hi, sb_value, former_groups)
+            self._promote(total, self.acc, sa_lo, sa_hi, sb_value, former_groups, assign)
 
     # -- K blocks in flight two at a time (KernelConfig.accumulators == 2) ----------------------------------
     def issue_k_block(self, a_tile: str, b_tile: str, sa_tile: str, acc: list[str],
@@ -279,7 +281,7 @@ class MathWarpgroups:
 
     # -- swap AB: B's rows as wgmma's M, A's rows as its N (KernelConfig.swap_ab) -------------------------
     def _swapped_k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str,
-                         release: Callable[[], None] | None) -> None:
+                         release: Callable[[], None] | None, assign: bool = False) -> None:
         """Warpgroup g's 64 rows of the B tile (wgmma's A) times the tile's BLOCK_M rows of A (wgmma's B, N =
         BLOCK_M): the accumulators hold D transposed, row = B row (l/4, l/4 + 8 of the warp's 16), column = A row
         (8j + 2(l % 4), +1). Every row shares the weight block's scale ``sb_value``; every column has its own A
@@ -306,8 +308,9 @@ class MathWarpgroups:
             scale = r("f32", "scale")
             e(f"mul.f32 {scale}, {sb_value}, {column_scale};")
             scales.append(scale)
+        promote = core.promote_first if assign else core.promote
         for i, (running, partial) in enumerate(zip(self.totals[0], self.acc)):
-            e(core.promote(running, partial, scales[scale_of[i]]))
+            e(promote(running, partial, scales[scale_of[i]]))
 
     def _token_column_offsets(self) -> list[str]:
         """The seam ``token_column(register, lane)`` for every lane and accumulator, checked (an int naming one of
@@ -343,8 +346,9 @@ class MathWarpgroups:
         return scales
 
     def _promote(self, total: list[str], acc: list[str], sa_lo: str, sa_hi: str, sb_value: str | tuple[str, str],
-                 former_groups: int | None) -> None:
-        """total += acc * (sa[row] * sb), one FFMA per accumulator; a pair of B scales splits at ``former_groups``."""
+                 former_groups: int | None, assign: bool = False) -> None:
+        """total += acc * (sa[row] * sb), one FFMA per accumulator (``assign``: total = ..., one FMUL); a pair of B
+        scales splits at ``former_groups``."""
         e, r = self.b.emit, self.b.reg
         pairs = sb_value if isinstance(sb_value, tuple) else (sb_value,)
         scales = []  # (row l/4 scale, row l/4 + 8 scale) per B-scale block
@@ -353,9 +357,10 @@ class MathWarpgroups:
             e(f"mul.f32 {scale_lo}, {sa_lo}, {sb};", f"mul.f32 {scale_hi}, {sa_hi}, {sb};")
             scales.append((scale_lo, scale_hi))
         split = self.block_n // 8 if former_groups is None else former_groups
+        promote = core.promote_first if assign else core.promote
         for i, (running, partial) in enumerate(zip(total, acc)):
             block = 0 if i // 4 < split else 1
-            e(core.promote(running, partial, scales[block][(i // 2) % 2]))
+            e(promote(running, partial, scales[block][(i // 2) % 2]))
 
     def _load_column_scales(self, tile: str) -> list[str]:
         """The thread's BLOCK_N/4 column scales of this K block: pairs (8j + 2(l % 4), +1) by ``ld.shared.v2``."""
@@ -369,7 +374,8 @@ class MathWarpgroups:
             scales += pair
         return scales
 
-    def _promote_by_column(self, total: list[str], sa_lo: str, sa_hi: str, column_scales: list[str]) -> None:
+    def _promote_by_column(self, total: list[str], sa_lo: str, sa_hi: str, column_scales: list[str],
+                           assign: bool = False) -> None:
         """total[i] += partial[i] * (sa[row of i] * sb[column of i]): the scale product per accumulator (FMUL),
         then the promotion (FFMA), as DeepGEMM's wgrad kernel does."""
         e, r = self.b.emit, self.b.reg
@@ -377,7 +383,7 @@ class MathWarpgroups:
             scale = r("f32", "scale")
             row_scale = sa_hi if (i // 2) % 2 else sa_lo
             e(f"mul.f32 {scale}, {row_scale}, {column_scales[2 * (i // 4) + i % 2]};",
-              core.promote(running, partial, scale))
+              (core.promote_first if assign else core.promote)(running, partial, scale))
 
     # -- epilogue -----------------------------------------------------------------------------------
     def store(self, staging: str, d: str, m0: str, n0: str, m: int | str, n: int) -> None:

@@ -16,6 +16,7 @@ Two producers:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from gemm.kernel.config import BLOCK_K, SharedPlan
@@ -51,13 +52,30 @@ class Ring:
     def __init__(self, b: KernelBuilder, plan: SharedPlan, smem: str, tmaps: dict[str, str], k_blocks: str):
         self.b, self.plan, self.smem, self.tmaps, self.k_blocks = b, plan, smem, tmaps, k_blocks
 
-    def stage(self, stage: str | int) -> Stage:
-        b, p = self.b, self.plan
+    def _fields(self) -> tuple[list[str], list[int], list[int]]:
+        """(name, region offset, stage-to-stage size) of every field of a :class:`Stage`."""
+        p = self.plan
         names = ["a_tile", "b_tile", "sa_tile", "full", "empty"]
         regions = [0, p.b_region, p.sa_region, p.full_region, p.empty_region]
         sizes = [p.a_tile, p.b_tile, p.sa_tile_pitch, 8, 8]
         if p.sb_tile:
             names.append("sb_tile"), regions.append(p.sb_stage_region), sizes.append(p.sb_tile_pitch)
+        return names, regions, sizes
+
+    def stage_after(self, first: Stage, steps: int) -> Stage:
+        """The slot ``steps`` stages after ``first`` (which must not wrap past the ring's end): each address plus a
+        compile-time offset (KernelConfig.constant_stages)."""
+        names, _, sizes = self._fields()
+        out = []
+        for name, size, address in zip(names, sizes, dataclasses.astuple(first)):
+            reg = self.b.reg("u32", name)
+            self.b.emit(f"add.u32 {reg}, {address}, {steps * size};")
+            out.append(reg)
+        return Stage(*out)
+
+    def stage(self, stage: str | int) -> Stage:
+        b = self.b
+        names, regions, sizes = self._fields()
         out = []
         for name, region, size in zip(names, regions, sizes):
             reg = b.reg("u32", name)

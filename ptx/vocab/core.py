@@ -115,6 +115,12 @@ def promote(total: str, partial: str, scale: str) -> str:
     return f"fma.rn.f32 {total}, {partial}, {scale}, {total};"
 
 
+def promote_first(total: str, partial: str, scale: str) -> str:
+    # PTX ISA "Floating point instructions: mul": a tile's first promotion writes the total (total = partial * scale),
+    # so the totals need no zeroing first; the value fma into a zero total gives (but for the sign of an exact zero)
+    return f"mul.rn.f32 {total}, {partial}, {scale};"
+
+
 def divide_by_constant(dst_u32: str, src_u32: str, divisor: int) -> str:
     # PTX ISA "shr" / "div" (.u32): dst = src / divisor for a compile-time divisor; a shift where it is a power of
     # two (what the power-of-two-only kernels always emitted), else div.u32 by an immediate (ptxas 13.0 emits a
@@ -178,6 +184,6 @@ def exit_thread() -> str:
 __all__ = [
     "special", "global_thread_index", "cluster_rank", "ld_param", "cvta_global", "global_pointer_param", "element_address",
     "ld_global", "st_global", "ld_global_v4", "st_global_v4", "cvt_e4m3x2_to_f16x2", "cvt_f16_to_f32",
-    "unpack_b32", "cvt_f32x2_to_bf16x2", "promote", "divide_by_constant", "setp", "guard_prefix", "branch_if", "branch", "exit_if",
+    "unpack_b32", "cvt_f32x2_to_bf16x2", "promote", "promote_first", "divide_by_constant", "setp", "guard_prefix", "branch_if", "branch", "exit_if",
     "bar_sync", "bar_arrive", "exit_thread",
 ]
