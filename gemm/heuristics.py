@@ -59,6 +59,16 @@ SWAP_AB_MAX_M, SWAP_AB_BLOCK_N = 32, 64  # see swap_ab_config
 # not re-measured at M = 17-32 (32 x 7168 x 2048, forced to split, ran 10.3 against 7.5 us, but its 112 tiles
 # leave no SM for a second CTA: that measures oversubscription, not K).
 SWAP_AB_MAX_SPLIT = 3
+# M = 33-128 at K >= SPLIT_K_MIN_K: where the one-wave tiles are at most PAIR_SPLIT_MAX_BLOCK_N wide, every CTA reads
+# all of its 64-128 rows of A over K for a narrow slice of B, and those re-reads of A from L2 outweigh B itself (at
+# 64 x 2112 x 7168, 132 tiles of 64 x 16 read 60 MB of A for 15 MB of B). Tiles chosen for half the SMs (twice as
+# wide or tall), their K blocks split over a pair, halve A's re-reads at the same CTA count. Measured on an H200
+# against the unsplit tiles, same run (memset / clean flush; results/sweep_decode64_2112_*.json,
+# sweep_decode128_2112_*.json, sweep_decode4096_*.json, sweep_pair_split_*.json): 64 x 2112 x 7168 +22 / +34%,
+# 48 x 2112 +22 / +32%, 128 x 2112 +15 / +23%, 64 x 4096 +1 / +5%, 128 x 4096 +1 / +11%; not at 64 and
+# 128 x 7168 x 16384, whose unsplit tiles are 56 wide (-2 to +2%), hence the width bound; clusters of three
+# (64 x 2112: 99 CTAs) measured below pairs.
+PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N = 128, 32
 # Clusters of three resident at once on the 132 SMs of a GH100 (H100, H200; cuOccupancyMaxActiveClusters, GPU test
 # test_split_k_cluster_residency): past it a split over three would run its last clusters in a second wave, so
 # more tiles split over pairs. Scaled by the SM count elsewhere (not measured on other parts).
@@ -308,10 +318,17 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
                                      min_block_n=DECODE_MIN_BLOCK_N if m <= DECODE_MAX_M else 0)
     if out_dtype == "bf16" and not accumulate:  # measured with a BF16 D only
         block_n = fuller_wave_block_n(m, n, k, block_m, block_n, device.sm_count, fits)
+    split_k = 1
+    if (DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M and k >= SPLIT_K_MIN_K and block_n <= PAIR_SPLIT_MAX_BLOCK_N
+            and epilogue == "tma" and out_dtype == "bf16" and not accumulate):  # see PAIR_SPLIT_MAX_M
+        halved = choose_blocks(m, n, device.sm_count // 2, k=k, fits=fits)
+        if 2 * ceil_div(m, halved[0]) * ceil_div(n, halved[1]) <= device.sm_count:
+            (block_m, block_n), split_k = halved, 2
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)
     tile_count = ceil_div(m, block_m) * ceil_div(n, block_n)
     persistent = tile_count > device.sm_count
-    split_k = decode_split_k(m, k, tile_count, device.sm_count)
+    if split_k == 1:
+        split_k = decode_split_k(m, k, tile_count, device.sm_count)
     # Programmatic dependent launch: a call's prologue overlaps the previous call's tail. Back to back (50 calls in
     # one graph, results/pdl_back_to_back.json) 1-11% faster per call at M <= 128 (one wave of one-CTA tiles); 3-4%
     # slower at 256 x 7168 x 2048 (two runs) and 1-4% at the persistent 4096 x 4096 x 7168 (three): off there.

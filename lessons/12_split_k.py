@@ -30,7 +30,11 @@ The production heuristics go further for decode (``gemm.heuristics``: split over
 M <= 32 tiles of 8-32 token rows with the weight as wgmma's 64-row side, measured in docs/benchmarks.md "Decode:
 wide tiles, and K split over a cluster" and "Swap AB"). Those swapped tiles split over *three* CTAs where three
 per tile fit: a cluster need not be a power of two, 39 clusters of three are resident, and at 16 x 2112 x 7168
-99 CTAs beat 66 by 8% on an H200 after the clean flush (docs/benchmarks.md, "Clusters of three").
+99 CTAs beat 66 by 8% on an H200 after the clean flush (docs/benchmarks.md, "Clusters of three"). Between
+decode and prefill (M = 33-128, K >= 4096) the split pays for another reason: one wave of tiles 16-32 wide makes
+every CTA re-read all of its A rows for a narrow slice of B (60 MB of A for 15 MB of B at 64 x 2112 x 7168), and
+tiles twice as wide split over pairs keep the CTA count and halve those re-reads: +22% after the memset, +34%
+after the clean flush there (docs/benchmarks.md, "M = 33-128: narrow tiles split over pairs").
 
 What it does not fix, measured at 16 x 2112 x 7168 in the same run (results/ladder_16x2112x7168.json): stage 12
 takes 31.8 us, 1.66x stage 11's 52.8, yet stage 10 took 25.0 and cuBLAS 14.8. Stage 11's tall tiles are a

@@ -430,6 +430,18 @@ def test_configs_on_ragged_shapes(name, m, n, k, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k", [(64, 2112, 7168), (33, 2112, 7168), (100, 2112, 7168), (96, 4096, 7168),
+                                     (128, 4096, 7168), (64, 1024, 7168)])
+def test_production_pairs_split_narrow_tiles_on_the_gpu(m, n, k, rng):
+    """PAIR_SPLIT_MAX_M's configs (M = 33-128, K >= 4096, tiles for half the SMs split over a pair), ragged M: against
+    the float64 reference, every element written."""
+    config = choose_config(m, n, k)
+    assert config.split_k == 2, config.describe()
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    check_against_reference(run_on_gpu(_configured(config), a, sa, b, sb), a, sa, b, sb, rng)
+
+
+@pytest.mark.gpu
 def test_a_new_m_compiles_nothing_and_costs_little(rng):
     """50 distinct M at N=2112, K=7168 after one call per config: no compile, and little host time per call."""
     torch = pytest.importorskip("torch")
@@ -569,7 +581,8 @@ def test_split_k_cluster_residency():
 
     resident = {}
     for m, n, k in ((16, 2112, 7168), (1, 2112, 7168), (1, 4096, 7168), (16, 4096, 7168), (16, 2496, 7168),
-                    (16, 2560, 7168), (16, 2816, 7168), (32, 2112, 7168)):
+                    (16, 2560, 7168), (16, 2816, 7168), (32, 2112, 7168), (64, 2112, 7168), (128, 2112, 7168),
+                    (64, 4096, 7168), (128, 4096, 7168)):
         config = choose_config(m, n, k, facts)
         assert config.split_k > 1, config.describe()
         resident[(m, n, k)] = clusters = resident_clusters(config, n, k)
@@ -610,7 +623,8 @@ PAIRED_CASES = [  # (M, N, K, config fields): two K blocks in flight (accumulato
     (200, 256, 768, dict(block_m=128, block_n=64, stages=3, multicast=2)),  # A multicast to a CTA pair
     (16, 200, 1152, dict(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0, split_k=2)),
     (5, 136, 896, dict(block_m=64, block_n=56, stages=3, persistent=False, raster_group=0, split_k=4)),
-]
+    (100, 72, 1152, dict(block_m=128, block_n=32, stages=3, persistent=False, raster_group=0, split_k=2)),  # two
+]  # warpgroups split over a pair (PAIR_SPLIT_MAX_M's 128 x 32 tiles)
 
 
 @pytest.mark.parametrize("seed", [None, 1, 2])

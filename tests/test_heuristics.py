@@ -8,7 +8,8 @@ import pytest
 from gemm.testing.bench_dense import BENCH_SHAPES
 from gemm.fp8 import ceil_div
 from gemm.heuristics import (BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES, DECODE_MAX_M, DECODE_MIN_BLOCK_N,
-                             FULLER_WAVE_BLOCK_N, H100, SPLIT_K_MAX_M, SPLIT_K_MIN_K, SWAP_AB_MAX_M, TILE_OVERHEAD,
+                             FULLER_WAVE_BLOCK_N, H100, PAIR_SPLIT_MAX_BLOCK_N, PAIR_SPLIT_MAX_M,
+                             SPLIT_K_MAX_M, SPLIT_K_MIN_K, SWAP_AB_MAX_M, TILE_OVERHEAD,
                              DeviceFacts, _choose_config, choose_blocks, choose_config, wave_cost)
 from gemm.kernel import KernelConfig, SharedPlan
 
@@ -29,15 +30,38 @@ def test_every_shape_gets_the_cheapest_valid_config_that_fits(m, n, k):
         assert m <= SWAP_AB_MAX_M
         return
     narrowest = DECODE_MIN_BLOCK_N if m <= DECODE_MAX_M else 0  # decode: tiles at least 64 wide
-    best = min(modelled(m, n, k, bm, bn, 132) for bm, bn in itertools.product(BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES)
-               if not (bm > 64 and m <= 64 or bm > 128 and m <= 128 or bm == 256 and bn > 128
-                       or n % 8 and bn & (bn - 1) or bn < narrowest))
+
+    def cheapest(sms):
+        return min(modelled(m, n, k, bm, bn, sms) for bm, bn in itertools.product(BLOCK_M_CANDIDATES,
+                                                                                  BLOCK_N_CANDIDATES)
+                   if not (bm > 64 and m <= 64 or bm > 128 and m <= 128 or bm == 256 and bn > 128
+                           or n % 8 and bn & (bn - 1) or bn < narrowest))
     chosen = config.block_n if config.block_n != FULLER_WAVE_BLOCK_N else 128  # the model chose 128 (next test)
-    assert modelled(m, n, k, config.block_m, chosen, 132) == best
     tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
     assert config.persistent == (tiles > 132)  # one wave: one CTA per tile, nothing to walk
+    if DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M and config.split_k == 2:  # the cheapest tiles for half the SMs, paired
+        assert modelled(m, n, k, config.block_m, chosen, 66) == cheapest(66) and 2 * tiles <= 132
+        return
+    assert modelled(m, n, k, config.block_m, chosen, 132) == cheapest(132)
     # decode with few tiles and long K: each tile's K blocks split over a 2-CTA cluster
     assert config.split_k == (2 if m <= SPLIT_K_MAX_M and k >= SPLIT_K_MIN_K and 2 * tiles <= 132 else 1)
+
+
+@pytest.mark.parametrize("m, n, k, unsplit, split", [
+    (64, 2112, 7168, (64, 16), (64, 32)), (48, 2112, 7168, (64, 16), (64, 32)), (128, 2112, 7168, (64, 32), (128, 32)),
+    (64, 4096, 7168, (64, 32), (64, 64)), (128, 4096, 7168, (128, 32), (128, 64)),
+    (64, 7168, 16384, (64, 56), None), (128, 7168, 16384, (128, 56), None),  # 56 wide: A's re-reads do not dominate
+    (64, 2112, 2048, (64, 16), None),  # K below SPLIT_K_MIN_K
+])
+def test_narrow_tiles_at_m_33_to_128_split_k_over_pairs(m, n, k, unsplit, split):
+    """PAIR_SPLIT_MAX_M: where the one-wave tiles are at most 32 wide (A re-read from L2 by every CTA outweighs B), the
+    tiles for half the SMs with their K blocks split over a pair, as measured; elsewhere the unsplit tiles."""
+    config = choose_config(m, n, k, H100)
+    if split is None:
+        assert (config.block_m, config.block_n, config.split_k) == (*unsplit, 1)
+    else:
+        assert (config.block_m, config.block_n, config.split_k) == (*split, 2)
+        assert unsplit[1] <= PAIR_SPLIT_MAX_BLOCK_N
 
 
 @pytest.mark.parametrize("m, n, k, block_n", [
@@ -104,7 +128,8 @@ def test_decode_takes_wide_tiles_and_splits_k_where_it_measured_faster():
     assert choose_config(16, 4096, 7168, H100).split_k == 2  # 64 tiles: three CTAs each would not fit 132 SMs
     assert choose_config(32, 4096, 7168, H100).split_k == 2  # swapped: M = 32 splits too (64 tiles: pairs)
     assert choose_config(1, 7168, 2048, H100).split_k == 1  # K = 2048: the exchange does not pay
-    assert choose_config(64, 2112, 7168, H100).block_n == 16  # M = 64 keeps the model's narrow tiles
+    # M = 64: the model's narrow tiles for half the SMs, split over pairs (PAIR_SPLIT_MAX_M)
+    assert (choose_config(64, 2112, 7168, H100).block_n, choose_config(64, 2112, 7168, H100).split_k) == (32, 2)
 
 
 @pytest.mark.parametrize("m, n, k, block_m, split_k, persistent", [
@@ -179,9 +204,9 @@ def test_set_num_sms_limits_the_heuristics_and_is_checked():
         set_num_sms(66)
         assert get_num_sms() == 66
         assert choose_blocks(64, 2112, get_num_sms()) == (64, 32)
-        assert choose_config(64, 2112, 7168).block_n == 32  # the cached choice follows the new SM count
+        assert choose_config(64, 2112, 7168).block_n == 64  # the cached choice follows the new SM count (33 pairs)
         with pytest.raises(ValueError, match="set_num_sms"):
             set_num_sms(full + 1)
     finally:
         set_num_sms(0)
-    assert get_num_sms() == full and choose_config(64, 2112, 7168).block_n == 16
+    assert get_num_sms() == full and choose_config(64, 2112, 7168).block_n == 32
