@@ -69,6 +69,13 @@ SWAP_AB_MAX_SPLIT = 3
 # 128 x 7168 x 16384, whose unsplit tiles are 56 wide (-2 to +2%), hence the width bound; clusters of three
 # (64 x 2112: 99 CTAs) measured below pairs.
 PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N = 128, 32
+# Short K on a persistent walk (no more K blocks than the stages that fit, at least SHORT_K_MIN_BLOCKS of them): as
+# many stages as K blocks, so every tile is one round of the ring and each K block's slot a compile-time offset
+# (KernelConfig.constant_stages), as DeepGEMM 2507 runs 64 x 32768 x 512 (4 stages, ncu). Measured on an H200 against
+# production's deeper rolled ring, same run, five rounds (results/sweep_32768_dg_shape_{memset,clean}.json): at
+# 128 x 32768 x 512 +2.3% / +1.3% (memset / clean flush; +1.5% in results/sweep_constant_stages_128x32768.json), at
+# 64 x 32768 x 512 +1.4% / +0.9%; shorter rings (K = 256-384) not measured, hence the floor.
+SHORT_K_MIN_BLOCKS = 4
 # Clusters of three resident at once on the 132 SMs of a GH100 (H100, H200; cuOccupancyMaxActiveClusters, GPU test
 # test_split_k_cluster_residency): past it a split over three would run its last clusters in a second wave, so
 # more tiles split over pairs. Scaled by the SM count elsewhere (not measured on other parts).
@@ -350,6 +357,8 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
             smaller_stages = max_stages(smaller, n, k, limit=MAX_STAGES, budget=device.shared_limit)
             if smaller_stages > stages:
                 config, stages = smaller, smaller_stages
+    if persistent and SHORT_K_MIN_BLOCKS <= ceil_div(k, 128) <= stages and config.accumulators == 1 and not split_k > 1:
+        return config.replace(stages=ceil_div(k, 128), constant_stages=True)  # see SHORT_K_MIN_BLOCKS
     return config.replace(stages=stages)
 
 

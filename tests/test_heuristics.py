@@ -210,3 +210,27 @@ def test_set_num_sms_limits_the_heuristics_and_is_checked():
     finally:
         set_num_sms(0)
     assert get_num_sms() == full and choose_config(64, 2112, 7168).block_n == 32
+
+
+def test_bench_configs_names_what_cannot_apply_at_a_shape():
+    """python -m gemm bench configs: a config the overrides or the generator refuse at a shape is a row saying why
+    (its error), and the others are still timed."""
+    from gemm.testing.bench_configs import configs_for_shape
+    names = ["production", "production:stages=5,constant_stages=True", "production:stages=4,constant_stages=True"]
+    configs, skipped = configs_for_shape(names, 128, 32768, 512)
+    assert list(configs) == [names[0], names[2]]
+    assert [row["name"] for row in skipped] == [names[1]]
+    assert skipped[0]["status"].startswith("n/a: ") and "constant_stages needs the 5 stages" in skipped[0]["status"]
+
+
+@pytest.mark.parametrize("m, n, k, stages", [(64, 32768, 512, 4), (128, 32768, 512, 4), (4097, 2112, 512, 4),
+                                             (4096, 32768, 512, None), (128, 7168, 2048, None), (256, 32768, 384, None)])
+def test_short_k_persistent_walks_take_one_round_of_the_ring_a_tile(m, n, k, stages):
+    """SHORT_K_MIN_BLOCKS: a persistent walk whose tiles have 4 or more K blocks but no more than the stages that fit
+    takes as many stages as K blocks, at compile-time offsets; not where they do not fit (256 x 128 tiles at K = 512:
+    3 stages), not one wave of one-CTA tiles, not below 4 K blocks (unmeasured)."""
+    config = choose_config(m, n, k, H100)
+    if stages is None:
+        assert not config.constant_stages
+    else:
+        assert config.constant_stages and config.stages == stages and config.persistent

@@ -129,16 +129,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "clean (a read pass), gemm/testing/l2_flush.py")
 
 
+def configs_for_shape(names, m: int, n: int, k: int) -> tuple[dict, list[dict]]:
+    """({name: KernelConfig} to time at (M, N, K), [a row per name that cannot apply there, saying why]): what
+    :func:`parse_config` refuses (multicast on a one-wave config) and what the generator refuses for this N and K
+    (constant_stages where the stages and the K blocks do not divide) are rows, not the end of the run."""
+    from gemm.kernel.generator import check_problem, compiled_k
+    configs, skipped = {}, []
+    for name in names:
+        try:
+            config = parse_config(name, m, n, k)
+            check_problem(config, n, compiled_k(config, k))
+            configs[name] = config
+        except (ValueError, TypeError) as error:
+            skipped.append({"name": name, "config": "-", "status": f"n/a: {error}"})
+    return configs, skipped
+
+
 def run(args) -> int:
     from gemm.testing.bench_dense import parse_shapes
     rows = []
     for m, n, k in parse_shapes(args.shapes):
-        configs, skipped = {}, []
-        for name in args.configs:
-            try:
-                configs[name] = parse_config(name, m, n, k)
-            except (ValueError, TypeError) as error:  # e.g. multicast on a one-wave config: say why, go on
-                skipped.append({"name": name, "config": "-", "status": f"n/a: {error}"})
+        configs, skipped = configs_for_shape(args.configs, m, n, k)
         timer = (functools.partial(bench_back_to_back, calls=args.back_to_back) if args.back_to_back
                  else functools.partial(bench_kernel, flush=args.flush))
         shape_rows = time_configs(m, n, k, configs, timer=timer, rounds=args.rounds) + skipped
@@ -164,4 +175,4 @@ def run(args) -> int:
     return 0 if all(r["status"] == "ok" or r["status"].startswith("n/a") for r in rows) else 1
 
 
-__all__ = ["parse_config", "time_configs", "CONFIG_COLUMNS", "run"]
+__all__ = ["parse_config", "configs_for_shape", "time_configs", "CONFIG_COLUMNS", "run"]
