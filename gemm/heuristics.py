@@ -74,7 +74,8 @@ PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N = 128, 32
 # (KernelConfig.constant_stages), as DeepGEMM 2507 runs 64 x 32768 x 512 (4 stages, ncu). Measured on an H200 against
 # production's deeper rolled ring, same run, five rounds (results/sweep_32768_dg_shape_{memset,clean}.json): at
 # 128 x 32768 x 512 +2.3% / +1.3% (memset / clean flush; +1.5% in results/sweep_constant_stages_128x32768.json), at
-# 64 x 32768 x 512 +1.4% / +0.9%; shorter rings (K = 256-384) not measured, hence the floor.
+# 64 x 32768 x 512 +1.4% / +0.9%; shorter rings (K = 256-384), other tiles (128 x 192, 256 x 64) and other D
+# (FP32, staged) not measured, hence the floor and the gates (exact wherever it applies: tests/test_k_loop.py).
 SHORT_K_MIN_BLOCKS = 4
 # Clusters of three resident at once on the 132 SMs of a GH100 (H100, H200; cuOccupancyMaxActiveClusters, GPU test
 # test_split_k_cluster_residency): past it a split over three would run its last clusters in a second wave, so
@@ -327,7 +328,8 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
         block_n = fuller_wave_block_n(m, n, k, block_m, block_n, device.sm_count, fits)
     split_k = 1
     if (DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M and k >= SPLIT_K_MIN_K and block_n <= PAIR_SPLIT_MAX_BLOCK_N
-            and epilogue == "tma" and out_dtype == "bf16" and not accumulate):  # see PAIR_SPLIT_MAX_M
+            and epilogue == "tma" and out_dtype == "bf16" and not accumulate
+            and device.sm_count >= 2):  # see PAIR_SPLIT_MAX_M (one SM: no half to choose tiles for)
         halved = choose_blocks(m, n, device.sm_count // 2, k=k, fits=fits)
         if 2 * ceil_div(m, halved[0]) * ceil_div(n, halved[1]) <= device.sm_count:
             (block_m, block_n), split_k = halved, 2
@@ -357,8 +359,10 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
             smaller_stages = max_stages(smaller, n, k, limit=MAX_STAGES, budget=device.shared_limit)
             if smaller_stages > stages:
                 config, stages = smaller, smaller_stages
-    if persistent and SHORT_K_MIN_BLOCKS <= ceil_div(k, 128) <= stages and config.accumulators == 1 and not split_k > 1:
-        return config.replace(stages=ceil_div(k, 128), constant_stages=True)  # see SHORT_K_MIN_BLOCKS
+    # a persistent walk has one accumulator set and no split (paired_k_blocks, decode_split_k); see SHORT_K_MIN_BLOCKS
+    if (persistent and SHORT_K_MIN_BLOCKS <= ceil_div(k, 128) <= stages and block_m <= 128 and block_n <= 128
+            and epilogue == "tma" and out_dtype == "bf16" and not accumulate):
+        return config.replace(stages=ceil_div(k, 128), constant_stages=True)
     return config.replace(stages=stages)
 
 

@@ -223,14 +223,29 @@ def test_bench_configs_names_what_cannot_apply_at_a_shape():
     assert skipped[0]["status"].startswith("n/a: ") and "constant_stages needs the 5 stages" in skipped[0]["status"]
 
 
-@pytest.mark.parametrize("m, n, k, stages", [(64, 32768, 512, 4), (128, 32768, 512, 4), (4097, 2112, 512, 4),
-                                             (4096, 32768, 512, None), (128, 7168, 2048, None), (256, 32768, 384, None)])
-def test_short_k_persistent_walks_take_one_round_of_the_ring_a_tile(m, n, k, stages):
-    """SHORT_K_MIN_BLOCKS: a persistent walk whose tiles have 4 or more K blocks but no more than the stages that fit
-    takes as many stages as K blocks, at compile-time offsets; not where they do not fit (256 x 128 tiles at K = 512:
-    3 stages), not one wave of one-CTA tiles, not below 4 K blocks (unmeasured)."""
-    config = choose_config(m, n, k, H100)
+@pytest.mark.parametrize("m, n, k, stages, fields", [
+    (64, 32768, 512, 4, {}), (128, 32768, 512, 4, {}), (128, 32768, 640, 5, {}),
+    (4096, 32768, 512, None, {}),  # 256 x 128 tiles: 3 stages fit
+    (4097, 2112, 512, None, {}),  # 128 x 192 tiles: not measured
+    (128, 32768, 512, None, dict(out_dtype="f32")), (128, 32768, 512, None, dict(out_dtype="f32", accumulate=True)),
+    (128, 7168, 2048, None, {}),  # one wave of one-CTA tiles
+    (256, 32768, 384, None, {}),  # 3 K blocks: not measured
+])
+def test_short_k_persistent_walks_take_one_round_of_the_ring_a_tile(m, n, k, stages, fields):
+    """SHORT_K_MIN_BLOCKS: a persistent walk of the measured tiles (at most 128 x 128, a BF16 D through the TMA
+    epilogue) whose tiles have 4 or more K blocks but no more than the stages that fit takes as many stages as K
+    blocks, at compile-time offsets; nowhere else."""
+    config = choose_config(m, n, k, H100, **fields)
     if stages is None:
         assert not config.constant_stages
     else:
         assert config.constant_stages and config.stages == stages and config.persistent
+
+
+def test_one_sm_takes_no_pair_split():
+    """A device (or set_num_sms) of one SM has no half to choose tiles for: the rule stands aside (no division by
+    zero) at the shapes where it applies on 132 SMs."""
+    one = DeviceFacts(1, H100.shared_limit, "one SM", H100.l2_bytes)
+    for n in (8, 16, 32, 2112):
+        config = choose_config(64, n, 4096, one)
+        assert config.split_k == 1

@@ -105,6 +105,14 @@ def test_k_loop_misuse_is_named(fields, words):
         KernelConfig(**fields)
 
 
+def test_constant_stages_refuse_the_next_full_seam():
+    """The exercise seam answers for a rolled ring's counter; the unrolled loop has none to ask about."""
+    from gemm.kernel.seams import Seams
+    with pytest.raises(ValueError, match="next_full seam"):
+        generate(KernelConfig(stages=4, constant_stages=True), 4096, 512,
+                 Seams(next_full=lambda stage, parity, stages: ((stage + 1) % stages, parity)))
+
+
 def test_constant_stages_name_the_k_blocks_that_do_not_fit():
     with pytest.raises(ValueError, match=r"K=640 has 5 K blocks; constant_stages needs the 4 stages"):
         generate(KernelConfig(stages=4, constant_stages=True), 4096, 640)

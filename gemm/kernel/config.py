@@ -529,8 +529,8 @@ class SharedPlan:
                              "that would share them; use a smaller split_k")
         if c.constant_stages and self.k and self.kb % c.stages and c.stages % self.kb:
             raise ValueError(f"{c.describe()}: K={self.k} has {self.kb} K blocks; constant_stages needs the "
-                             f"{c.stages} stages to divide them or them to divide the stages (a divisor of "
-                             f"{self.kb} as stages, or constant_stages=False)")
+                             f"{c.stages} stages to divide them or them to divide the stages (a divisor or a "
+                             f"multiple of {self.kb} as stages, or constant_stages=False)")
 
     @property
     def partials_bytes(self) -> int:

@@ -395,6 +395,9 @@ class _Kernel:
         it by the K blocks. The early poll tests the round's next slot; at a round's end, slot 0 with the flipped
         parity (where another round follows), never past the tile's last K block (the next tile forgets it)."""
         b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
+        if self.seams.next_full is not None:  # its table answers for a rolled ring's counter, which is not kept here
+            raise ValueError("the next_full seam names the slot a rolled K loop tests next; constant_stages=True "
+                             "tests compile-time slots: use constant_stages=False with it")
         stages, blocks = c.stages, self.plan.kb
         per_round = min(stages, blocks)
         rounds = blocks // per_round
@@ -404,7 +407,7 @@ class _Kernel:
             full_known = r("pred", "p_full_known")
             e(f"setp.ne.u32 {full_known}, {c_stage}, {c_stage};")
 
-        def one_round(round_k: str | None, first_round: bool) -> None:
+        def one_round(round_k: str | None) -> None:
             """K blocks round_k + s (round_k None: the first round, K blocks s), s = 0 .. per_round - 1."""
             first_slot = self.ring.stage(c_stage) if shared_ring else None
             for step in range(per_round):
@@ -416,7 +419,7 @@ class _Kernel:
                 release = self.release(math, slot.empty, self.release_target)
                 last = step == per_round - 1
 
-                def release_and_step(release=release, last=last, step=step, slot=slot):
+                def release_and_step(release=release, last=last, step=step):
                     release()
                     if last and not shared_ring:
                         e(f"xor.b32 {c_parity}, {c_parity}, 1;")  # the ring wraps: every tile's round ends at its end
@@ -427,14 +430,17 @@ class _Kernel:
                     e(barriers.mbarrier_test_parity(following.full, c_parity, full_known))
                 math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, self.b_scale_operand(slot, sb_values, former),
                              release=release_and_step, former_groups=former,
-                             assign=first_round and step == 0 and c.first_block_assigns)
+                             assign=round_k is None and step == 0 and c.first_block_assigns)
 
-        one_round(None, True)
+        # the first round on its own only where its first K block differs (it assigns) or it is the only one
+        first_apart = rounds == 1 or c.first_block_assigns
+        if first_apart:
+            one_round(None)
         if rounds > 1:
             round_k, more, top = r("u32", "round_k"), r("pred"), b.label("k_round")
-            e(f"mov.u32 {round_k}, {per_round};")
+            e(f"mov.u32 {round_k}, {per_round if first_apart else 0};")
             b.place(top)
-            one_round(round_k, False)
+            one_round(round_k)
             e(f"add.u32 {round_k}, {round_k}, {per_round};", f"setp.lt.u32 {more}, {round_k}, {blocks};",
               f"@{more} bra {top};")
         if shared_ring:  # the next tile's first slot: K blocks further on, the parity flipped where the ring wraps
