@@ -113,31 +113,33 @@ _LABEL = re.compile(r"^\s*(\.L\w+):\s*$")
 _TARGET = re.compile(r"`\((\.L\w+)\)")
 
 
+def _label_offsets(listing: str) -> dict[tuple[str, str], int]:
+    """{(function, label): offset of the instruction after the label} from an ``nvdisasm`` listing."""
+    offsets, function, waiting = {}, None, []
+    for line in listing.splitlines():
+        section, label, first = _SECTION.match(line), _LABEL.match(line), _FIRST.match(line)
+        if section:
+            function = section.group(1)
+        elif label:
+            waiting.append(label.group(1))
+        elif first:
+            offsets.update({(function, name): int(first.group(1), 16) for name in waiting})
+            waiting = []
+    return offsets
+
+
 def loops(cubin, function: str | None = None) -> list[tuple[int, int]]:
     """(first, last) instruction offsets of every backward branch's loop (the branch's target label, the branch),
     innermost first: a loop's length in instructions is (last - first) / 16 + 1."""
-    function_now, labels, found = None, {}, []
-    waiting = []  # labels seen, waiting for the next instruction's offset
     listing = _run_nvdisasm(_image(cubin))
-    for line in listing.splitlines():
-        section = _SECTION.match(line)
-        if section:
-            function_now = section.group(1)
+    labels, found = _label_offsets(listing), []
+    for instruction in parse_listing(listing):
+        target = _TARGET.search(instruction.text)
+        if instruction.opcode != "BRA" or not target or function not in (None, instruction.function):
             continue
-        label = _LABEL.match(line)
-        if label:
-            waiting.append(label.group(1))
-            continue
-        first = _FIRST.match(line)
-        if first and (function is None or function_now == function):
-            offset = int(first.group(1), 16)
-            for name in waiting:
-                labels[name] = offset
-            waiting = []
-            target = _TARGET.search(first.group(2))
-            if target and " BRA" in f" {first.group(2)}" and target.group(1) in labels \
-                    and labels[target.group(1)] <= offset:
-                found.append((labels[target.group(1)], offset))
+        first = labels.get((instruction.function, target.group(1)))
+        if first is not None and first <= instruction.offset:
+            found.append((first, instruction.offset))
     return sorted(found, key=lambda loop: loop[1] - loop[0])
 
 

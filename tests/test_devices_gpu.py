@@ -22,7 +22,8 @@ from ptx import device as devices
 sys.path.insert(0, os.path.dirname(__file__))
 from test_grouped import check_contiguous, check_masked, contiguous_problem, masked_problem  # noqa: E402
 
-SHAPES = [(1, 2112, 512), (16, 2112, 7168), (130, 384, 256), (4096, 4096, 512)]  # swapped, split over three
+SHAPES = [(1, 2112, 512), (16, 2112, 7168), (130, 384, 256), (4096, 4096, 512),  # swapped, split over three,
+          (64, 2112, 7168), (128, 32768, 512)]  # ..., K split over pairs, a short-K ring at compile-time offsets
 
 
 def _torch():
