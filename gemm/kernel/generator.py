@@ -422,7 +422,7 @@ class _Kernel:
                 def release_and_step(release=release, last=last, step=step):
                     release()
                     if last and not shared_ring:
-                        e(f"xor.b32 {c_parity}, {c_parity}, 1;")  # the ring wraps: every tile's round ends at its end
+                        e(f"xor.b32 {c_parity}, {c_parity}, 1;")  # a round fills the ring: it wraps here
                     if full_known is None or last and rounds == 1:
                         return
                     following = self.ring.stage(0) if last else (
