@@ -307,9 +307,44 @@ def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None, *, 
 def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[str, ...], out_dtype: str = "bf16",
                    accumulate: bool = False, allow_swap_ab: bool = True) -> KernelConfig:
     config = _production_config(m, n, k, device, out_dtype, accumulate, allow_swap_ab).replace(post_passes=passes)
+    if reads_b_once(m, config) and hint_measured(config):
+        config = config.replace(b_eviction="first")
     if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
         print(f"fp8_gemm_nt M={m} N={n} K={k}: {config.describe()}")
     return config
+
+
+def b_reads(m: int, config: KernelConfig) -> int:
+    """How many tiles load each byte of B from L2: one per row of tiles, ceil(M / BLOCK_M) (swap AB: BLOCK_M is the
+    token rows; a masked grouped GEMM: ``m`` is a group's expected_m, its tiles' rows per expert). Splitting K gives
+    each CTA of a cluster its own K blocks of the tile, and a multicast pair shares A, not B: neither changes it."""
+    return ceil_div(max(m, 1), config.block_m)
+
+
+def hint_measured(config: KernelConfig) -> bool:
+    """Where B's evict_first hint was measured (reads_b_once): a BF16 D through the TMA epilogue, no accumulate,
+    tiles of at most 128 rows. FP32 or accumulated D, the staged epilogue and 256-row tiles read B once too, but
+    were not timed with the hint, so production leaves them as they were."""
+    return (config.out_dtype == "bf16" and not config.accumulate and config.epilogue == "tma"
+            and config.block_m <= 128)
+
+
+def reads_b_once(m: int, config: KernelConfig, reads=None) -> bool:
+    """One row of tiles (M <= BLOCK_M): every byte of B is read once, so its TMA loads go to L2 as evict_first
+    (KernelConfig.b_eviction) and the stream recycles its own lines instead of evicting what the L2 held. Measured
+    on an H200 against the same config without the hint, same run (results/sweep_l2_eviction_*.json; docs/benchmarks.md,
+    "B read once, evicted first"): after the timer's memset flush, whose dirty lines the stream would otherwise write
+    back, +1.8 to +10.5% at the eight decode and short-K shapes (64 x 7168 x 16384 +10.5%, 32 x 4096 x 7168 +8.8%,
+    16 x 2112 x 7168 +3.3%, 64 x 32768 x 512 +3.6%); after the clean flush -1.0 to +1.6%. Where B is re-read by
+    other rows of tiles it loses: 4096 x 7168 x 16384 -2.4% after the clean flush (+1.5% after the memset). The masked grouped GEMM, ``m`` its
+    expected_m, reads each expert's weight once where one token tile holds the expert's tokens: the four MoE decode
+    shapes -1.3 to +11.5% after the memset, -0.6 to +2.3% after the clean flush (results/grouped_beside_*.json);
+    production hints its swapped (decode) kernels, the ones measured; a group whose count exceeds expected_m takes a
+    second token tile and re-reads its expert's weight from HBM rather than L2 (correct, a little slower). Not the
+    contiguous layout, whose groups span many rows of tiles. Measured on an H200 only (no H100 was lent); the rule
+    applies on every device. ``reads``: the count to use instead of :func:`b_reads` (a course exercise's)."""
+    count = (reads or b_reads)(m, config)
+    return count == 1 and config.gemm_type != "contiguous" and config.producer == "warpgroup"
 
 
 def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: str, accumulate: bool,
@@ -443,7 +478,9 @@ def _choose_grouped_config(gemm_type: str, m: int, n: int, k: int, groups: int, 
     epilogue = "tma" if n % 8 == 0 else "staged"
     masked = gemm_type == "masked"
     if masked and allow_swap_ab and m <= SWAP_AB_MAX_M and epilogue == "tma":
-        return _printed(masked_swap_ab_config(m, n, k, device).replace(post_passes=passes), gemm_type, m, n, k, groups)
+        config = masked_swap_ab_config(m, n, k, device).replace(post_passes=passes)
+        return _printed(config.replace(b_eviction="first") if reads_b_once(m, config) else config,
+                        gemm_type, m, n, k, groups)
 
     def fits(block_m: int, block_n: int) -> bool:
         if block_m not in GROUPED_BLOCK_M[gemm_type]:

@@ -81,6 +81,7 @@ from dataclasses import dataclass
 
 from gemm.fp8 import ceil_div, is_power_of_two
 from gemm.kernel.math_warpgroups import staging_pitch
+from ptx.vocab.bulk_copies import L2_EVICTION
 
 BLOCK_K = 128  # one scale group = one 128-byte swizzle row of e4m3
 WARPGROUP = 128  # threads
@@ -151,6 +152,13 @@ class KernelConfig:
     # first slot plus a compile-time offset: the math K loop is unrolled over a round of the ring, so the slot
     # addresses and the ring's stage counter leave the per-K-block path (DeepGEMM's compile-time stage index)
     constant_stages: bool = False
+    # L2 eviction priority of the producer's TMA loads of A (and sa) and of B (and sb): "normal" emits no cache hint
+    # (the PTX of a config without these fields); "first" marks an operand the kernel reads once (a decode weight
+    # stream), so that its lines are the first its own later lines replace and the stream recycles them instead of
+    # evicting what else the L2 holds (dirty lines, whose write-back would share HBM with the stream); "last" one
+    # every CTA re-reads (createpolicy + .L2::cache_hint, ptx.vocab.bulk_copies.create_l2_policy)
+    a_eviction: str = "normal"
+    b_eviction: str = "normal"
 
     def __post_init__(self):
         if self.swap_ab:
@@ -272,6 +280,13 @@ class KernelConfig:
         if not 0 <= self.l2_prefetch <= 64 or self.l2_prefetch and (self.producer != "warpgroup" or self.grouped):
             raise ValueError(f"l2_prefetch (K blocks of B asked of L2 ahead of the loads) must be in 0..64, with "
                              f"producer='warpgroup' and gemm_type='normal'; got {self.l2_prefetch}")
+        for name in ("a_eviction", "b_eviction"):
+            if getattr(self, name) not in L2_EVICTION:
+                raise ValueError(f"{name} must be one of {L2_EVICTION} (an L2 eviction priority), "
+                                 f"got {getattr(self, name)!r}")
+        if (self.a_eviction, self.b_eviction) != ("normal", "normal") and self.producer != "warpgroup":
+            raise ValueError("a_eviction and b_eviction set the cache hint of the producer warpgroup's loads: they "
+                             "need producer='warpgroup'")
         if self.gemm_type == "masked" and not self.persistent:
             raise ValueError("gemm_type='masked' walks the groups' tiles in a persistent loop (their count is only "
                              "known on the device): it needs persistent=True")
@@ -395,6 +410,8 @@ class KernelConfig:
             fields.append("ring slots at compile-time offsets")
         if self.l2_prefetch:
             fields.append(f"B prefetched {self.l2_prefetch} K blocks ahead into L2")
+        fields += [f"{operand} loaded evict_{priority} in L2" for operand, priority in
+                   (("A", self.a_eviction), ("B", self.b_eviction)) if priority != "normal"]
         if self.grouped:
             fields.insert(0, f"m-grouped {self.gemm_type}")
         return ", ".join(fields)

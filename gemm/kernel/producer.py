@@ -51,6 +51,16 @@ class Ring:
 
     def __init__(self, b: KernelBuilder, plan: SharedPlan, smem: str, tmaps: dict[str, str], k_blocks: str):
         self.b, self.plan, self.smem, self.tmaps, self.k_blocks = b, plan, smem, tmaps, k_blocks
+        self.policies: dict[str, str] = {}  # "a" / "b" -> the b64 cache policy of that operand's loads
+
+    def create_policies(self) -> None:
+        """The L2 cache policies of KernelConfig.a_eviction / b_eviction, created once by the loading thread; an
+        operand left "normal" keeps its loads without a cache hint."""
+        for operand in ("a", "b"):
+            priority = getattr(self.plan.config, f"{operand}_eviction")
+            if priority != "normal":
+                self.policies[operand] = self.b.reg("b64", f"{operand}_policy")
+                self.b.emit(bulk_copies.create_l2_policy(self.policies[operand], priority))
 
     def _fields(self) -> tuple[list[str], list[int], list[int]]:
         """(name, region offset, stage-to-stage size) of every field of a :class:`Stage`."""
@@ -130,16 +140,17 @@ class Ring:
             if rows.sa_k_base is not None:  # masked: group g's scales are rows g*K/128.. of the (G*Kb, M_max) map
                 sa_y = self.b.reg("u32", "sa_y")
                 e(f"add.u32 {sa_y}, {rows.sa_k_base}, {k_block};")
-        e(own + bulk_copies.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, a_row, stage.full),
-          own + bulk_copies.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], sa_x, sa_y, stage.full))
+        a_policy, b_policy = self.policies.get("a"), self.policies.get("b")
+        e(own + bulk_copies.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, a_row, stage.full, a_policy),
+          own + bulk_copies.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], sa_x, sa_y, stage.full, a_policy))
         if pair:
-            e(f"@{pair.lead} " + bulk_copies.tma_load_2d_multicast(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0, stage.full,
-                                                         pair.mask),
+            e(f"@{pair.lead} " + bulk_copies.tma_load_2d_multicast(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0,
+                                                                   stage.full, pair.mask, a_policy),
               f"@{pair.lead} " + bulk_copies.tma_load_2d_multicast(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block,
-                                                         stage.full, pair.mask))
-        e(bulk_copies.tma_load_2d(stage.b_tile, self.tmaps["tmap_b"], k_byte, n0, stage.full))
+                                                                   stage.full, pair.mask, a_policy))
+        e(bulk_copies.tma_load_2d(stage.b_tile, self.tmaps["tmap_b"], k_byte, n0, stage.full, b_policy))
         if stage.sb_tile is not None:  # 1x128: this K block's scales of the tile's BLOCK_N rows of B, like sa's
-            e(bulk_copies.tma_load_2d(stage.sb_tile, self.tmaps["tmap_sb"], n0, k_block, stage.full))
+            e(bulk_copies.tma_load_2d(stage.sb_tile, self.tmaps["tmap_sb"], n0, k_block, stage.full, b_policy))
 
     def prefetch_b(self, k_block: str, n0: str) -> None:
         """Ask L2 for K block ``k_block`` of the tile's B rows (KernelConfig.l2_prefetch)."""
@@ -201,6 +212,7 @@ class WarpgroupProducer:
             b.emit(w.setmaxnreg(self.registers[0], increase=False))
         # one thread issues every copy; the others leave (to the cluster barrier when there is one)
         b.emit(f"@!{self.leader} bra {self.end};" if self.end else f"@!{self.leader} {core.exit_thread()}")
+        ring.create_policies()
         # a fresh empty barrier passes a parity-1 wait at once: the first round of stages needs no release
         stage, parity = ring.counters("prod", 0, 1)
         with scheduler.tiles() as (m0, n0):

@@ -200,14 +200,70 @@ def grouped_bench(out: Path | None = Path("results"), rng=None) -> list[dict]:
     return rows
 
 
+def beside_bench(fields: str, shapes: list[tuple], rounds: int, flush: str, out: Path | None, rng=None) -> list[dict]:
+    """Each shape's production kernel and the same config with ``fields`` (``python -m gemm bench configs``'s
+    ``field=value,...``) replaced, checked and timed ``rounds`` times in alternating order, the best of each kept;
+    writes grouped_beside_<flush>.json into ``out`` (None: nothing)."""
+    import functools
+    from gemm.heuristics import choose_grouped_config
+    from gemm.testing.bench_configs import _overrides
+    changes = _overrides(fields)
+    timer = functools.partial(bench_kernel, flush=flush)
+    rng = rng or np.random.default_rng()
+    rows = []
+    for layout, groups, m, n, k in shapes:
+        production = choose_grouped_config(layout, groups * m if layout == "contiguous" else m, n, k, groups)
+        configs = {"production": production, f"production:{fields}": production.replace(**changes)}
+        best: dict[str, dict] = {}
+        for round_index in range(rounds):
+            for name in (list(configs) if round_index % 2 == 0 else list(configs)[::-1]):
+                row = measure_grouped(layout, groups, m, n, k, rng, timer=timer, config=configs[name])
+                rank = (row.get("status") != "ok", row.get("ours_us", float("inf")))  # a wrong round never wins
+                if name not in best or rank < (best[name].get("status") != "ok",
+                                               best[name].get("ours_us", float("inf"))):
+                    best[name] = {**row, "name": name, "config": configs[name].describe()}
+        if best["production"].get("ours_us") and best[f"production:{fields}"].get("ours_us"):
+            best[f"production:{fields}"]["vs_production"] = best["production"]["ours_us"] / \
+                best[f"production:{fields}"]["ours_us"]
+        rows += best.values()
+        ratio = best[f"production:{fields}"].get("vs_production", float("nan"))
+        print(f"{layout} G={groups} M={m} N={n} K={k}: production {best['production'].get('ours_us', float('nan')):.2f} "
+              f"us, with {fields} {best[f'production:{fields}'].get('ours_us', float('nan')):.2f} us "
+              f"({ratio:.3f}x production's speed)", flush=True)
+    if out is not None:
+        path = Path(out) / f"grouped_beside_{flush}.json"
+        write_result(path, command=command_line("gemm"), rows=rows, device=device_info(), flush=flush,
+                     timing=f"best of {rounds} rounds in alternating order, each the median of 5 graph replays of "
+                            f"(L2 flush ({flush}); call) pairs minus flushes only")
+        print(f"wrote {path}")
+    return rows
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("results"), help="folder for grouped_bench.json")
+    parser.add_argument("--beside", metavar="FIELD=VALUE,...",
+                        help="instead of the full bench: each shape's production kernel beside the same config with "
+                             "these KernelConfig fields replaced (e.g. b_eviction=normal), rounds in alternating "
+                             "order; writes grouped_beside_<flush>.json")
+    parser.add_argument("--masked-decode", action="store_true", help="with --beside: the MoE decode shapes only")
+    parser.add_argument("--rounds", type=int, help="with --beside: rounds (default 3)")
+    parser.add_argument("--flush", choices=("memset", "clean"),
+                        help="with --beside: the L2 flush before each timed call (default memset; gemm.testing.l2_flush)")
 
 
 def run(args) -> int:
-    rows = grouped_bench(args.out)
+    if not args.beside and (args.masked_decode or args.rounds is not None or args.flush is not None):
+        raise SystemExit("python -m gemm bench grouped: --masked-decode, --rounds and --flush go with --beside "
+                         "(the full bench times every grouped shape once, after the memset flush)")
+    if args.beside:
+        args.rounds, args.flush = args.rounds or 3, args.flush or "memset"
+        shapes = [("masked", *s) for s in MASKED_DECODE_SHAPES] if args.masked_decode else grouped_shapes()
+        rows = beside_bench(args.beside, shapes, args.rounds, args.flush, args.out)
+    else:
+        rows = grouped_bench(args.out)
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
 __all__ = ["CONTIGUOUS_SHAPES", "MASKED_SHAPES", "MASKED_DECODE_SHAPES", "GroupedProblem", "grouped_problem",
-           "grouped_shapes", "unswapped_masked_config", "measure_grouped", "grouped_bench", "grouped_bytes", "run"]
+           "grouped_shapes", "unswapped_masked_config", "measure_grouped", "grouped_bench", "beside_bench", "grouped_bytes",
+           "run"]

@@ -28,6 +28,7 @@ from .matrix import warps as _collective_warps
 from .matrix import stmatrix_targets, wgmma_accumulate
 
 MAX_THREADS = 1024  # per CTA: a generic-proxy writer is identified as rank * MAX_THREADS + thread
+CACHE_POLICY_TAG = 0x1C0DE_0000  # createpolicy's opaque value here: the tag plus the priority's index
 SWIZZLE_BYTES = {1: 128, 2: 64, 3: 32}  # wgmma descriptor layout type (bits 62-63) -> swizzle span; 0: none
 
 
@@ -82,9 +83,31 @@ class AsyncProxy:
             "proxy reads them, or it may read stale bytes")
 
 
+    # -- L2 cache policies (createpolicy, .L2::cache_hint) ----------------------------------------------
+    def create_policy(self, parts, ops, mask):
+        """createpolicy.fractional.L2::evict_*.b64 d, fraction: there is no L2 here, so the policy is only a tag
+        that the hinted loads check they were given (its priority in the low bits)."""
+        priorities = ("L2::evict_normal", "L2::evict_first", "L2::evict_last", "L2::evict_unchanged")
+        if parts[1] != "fractional" or parts[2] not in priorities or parts[3:] != ["b64"]:
+            raise EmulationError(f"{'.'.join(parts)} is not modelled (createpolicy.fractional.L2::evict_*.b64)")
+        fraction = float(ops[1]) if len(ops) > 1 else 1.0
+        if not 0.0 < fraction <= 1.0:
+            raise EmulationError(f"createpolicy fraction {ops[1]} is outside (0, 1]")
+        self.write(ops[0], np.full(self.n, CACHE_POLICY_TAG + priorities.index(parts[2]), np.int64), mask)
+
+    def _without_policy(self, parts, ops, mask):
+        """A .L2::cache_hint copy's operands without its last one, the policy, which must come from createpolicy."""
+        if "L2::cache_hint" not in parts:
+            return ops
+        if len(ops) < 4 or (self.value(ops[-1])[mask] & ~0xF != CACHE_POLICY_TAG).any():
+            raise EmulationError(f"{'.'.join(parts)}: the last operand must be a cache policy made by createpolicy, "
+                                 f"got {ops[-1]!r}")
+        return ops[:-1]
+
     # -- TMA ----------------------------------------------------------------------------------------------
     def bulk(self, parts, ops, mask, reduce: str | None = None):
         threads = np.flatnonzero(mask)
+        ops = self._without_policy(parts, ops, mask)
         if parts[3] == "commit_group":
             for t in threads:
                 self.cta.bulk.commit(int(self.tid[t]))

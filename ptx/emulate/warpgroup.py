@@ -155,6 +155,8 @@ class Warpgroup(AsyncProxy, CTA):
             self._note_stmatrix(opcode, ops, mask)
         elif head == "cp" and parts[1:4] == ["reduce", "async", "bulk"]:  # the reduce-add TMA store
             self.bulk([parts[0], *parts[2:]], ops, mask, reduce=parts[parts.index("global") + 2])
+        elif head == "createpolicy":
+            self.create_policy(parts, ops, mask)
         elif head in ("fence", "prefetch"):
             pass
         elif head == "griddepcontrol":  # one grid at a time here: the previous one is always complete

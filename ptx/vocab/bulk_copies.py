@@ -23,20 +23,37 @@ def prefetch_tensormap(tensormap_u64: str) -> str:
     return f"prefetch.tensormap [{tensormap_u64}];"
 
 
+# -- L2 eviction priority --------------------------------------------------------------------------------------
+L2_EVICTION = ("normal", "first", "last")  # KernelConfig's names of createpolicy's primary priorities
+
+
+# ISA "createpolicy" (.fractional, fraction 1.0): an opaque 64-bit cache policy under which every line a load with
+# .L2::cache_hint brings into L2 gets ``priority``: evict_first lines are the first a set replaces (data read
+# once), evict_last the last (data every CTA re-reads).
+def create_l2_policy(dst_b64: str, priority: str) -> str:
+    if priority not in L2_EVICTION:
+        raise ValueError(f"L2 eviction priority must be one of {L2_EVICTION}, got {priority!r}")
+    return f"createpolicy.fractional.L2::evict_{priority}.b64 {dst_b64}, 1.0;"
+
+
 # -- loads ----------------------------------------------------------------------------------------------------
-# ISA "cp.async.bulk.tensor" (.2d global -> shared, completion on an mbarrier by transaction bytes).
-def tma_load_2d(shared_dst: str, tensormap_u64: str, x: str | int, y: str | int, mbarrier: str) -> str:
+# ISA "cp.async.bulk.tensor" (.2d global -> shared, completion on an mbarrier by transaction bytes; with a
+# ``cache_policy`` from create_l2_policy, .L2::cache_hint and the policy as the last operand).
+def tma_load_2d(shared_dst: str, tensormap_u64: str, x: str | int, y: str | int, mbarrier: str,
+                cache_policy: str | None = None) -> str:
     """Copy the box at (x = inner/column coordinate, y = row) into ``shared_dst``; bytes complete on ``mbarrier``."""
-    return (f"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-            f"[{shared_dst}], [{tensormap_u64}, {{{x}, {y}}}], [{mbarrier}];")
+    hint, policy = (".L2::cache_hint", f", {cache_policy}") if cache_policy else ("", "")
+    return (f"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes{hint} "
+            f"[{shared_dst}], [{tensormap_u64}, {{{x}, {y}}}], [{mbarrier}]{policy};")
 
 
 # ISA "cp.async.bulk.tensor" (.multicast::cluster): one load lands at the same shared offset in every CTA of
 # ``cta_mask`` (bit i = rank i) and completes its bytes on the barrier at the same offset in each of them.
 def tma_load_2d_multicast(shared_dst: str, tensormap_u64: str, x: str | int, y: str | int, mbarrier: str,
-                          cta_mask: str) -> str:
-    return (f"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-            f"[{shared_dst}], [{tensormap_u64}, {{{x}, {y}}}], [{mbarrier}], {cta_mask};")
+                          cta_mask: str, cache_policy: str | None = None) -> str:
+    hint, policy = (".L2::cache_hint", f", {cache_policy}") if cache_policy else ("", "")
+    return (f"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster{hint} "
+            f"[{shared_dst}], [{tensormap_u64}, {{{x}, {y}}}], [{mbarrier}], {cta_mask}{policy};")
 
 
 # ISA "cp.async.bulk.prefetch.tensor" (.2d, .L2, .tile): ask L2 for the box at (x, y) of a tensor; nothing lands
@@ -72,6 +89,6 @@ def bulk_wait_group(pending: int, read_only: bool = False) -> str:
 
 
 __all__ = [
-    "tensormap_address", "prefetch_tensormap", "tma_load_2d", "tma_load_2d_multicast", "tma_prefetch_2d",
-    "tma_store_2d", "tma_reduce_add_2d", "bulk_commit_group", "bulk_wait_group",
+    "L2_EVICTION", "create_l2_policy", "tensormap_address", "prefetch_tensormap", "tma_load_2d",
+    "tma_load_2d_multicast", "tma_prefetch_2d", "tma_store_2d", "tma_reduce_add_2d", "bulk_commit_group", "bulk_wait_group",
 ]
