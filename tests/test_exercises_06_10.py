@@ -1,4 +1,4 @@
-"""Exercises 06-15 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+"""Exercises 06-16 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
 correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
 cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
 import dataclasses
@@ -13,7 +13,7 @@ from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
 from ptx.emulate import EmulationError
 
-STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
 
 
 def load(path):
@@ -497,3 +497,29 @@ def test_15_answers_naming_no_token_are_refused(rng):
     with pytest.raises(ValueError, match="token_column seam .* not swapped"):
         run_gemm(lessons_stage(15).config(m, n, k), *random_problem(m, n, k, rng),
                  seams=Seams(token_column=ex.reference().token_column))
+
+
+@pytest.mark.parametrize("wrong", ["times the split", "rows floored", "halved by the pair"])
+def test_16_a_wrong_count_is_named_by_the_rule_and_changes_the_hint(wrong):
+    """D does not depend on the count (only B's L2 priority does), so the rule check is what grades it: each wrong
+    count is named with its config, and where it says more than one row the stage's kernel loses the hint."""
+    import math
+    ex = exercise(16)
+    count = {"times the split": lambda m, n, k, bm, bn, split, pair: math.ceil(m / bm) * split,
+             "rows floored": lambda m, n, k, bm, bn, split, pair: max(m // bm, 1),
+             "halved by the pair": lambda m, n, k, bm, bn, split, pair: math.ceil(m / bm / pair)}[wrong]
+    problems = ex.extra["checks"][0](SimpleNamespace(b_reads=count))
+    assert len(problems) == 1 and "that walk loads each byte of B" in problems[0], problems
+    assert ex.extra["checks"][0](ex.reference()) == []
+    if wrong == "times the split":  # the split decode tile of the stage's own shape loses its hint
+        assert ex.build(SimpleNamespace(b_reads=count)).config_of(*lessons_stage(16).SHAPE).b_eviction == "normal"
+        assert ex.build(ex.reference()).config_of(*lessons_stage(16).SHAPE).b_eviction == "first"
+
+
+def test_16_answers_that_are_no_count_are_refused(rng):
+    """Zero, a negative count, a float, a numpy integer, a string: a clear error naming the hole, before a kernel is
+    built."""
+    ex = exercise(16)
+    for bad in (lambda *a: 0, lambda *a: -1, lambda *a: 1.0, lambda *a: np.int64(1), lambda *a: "1"):
+        with pytest.raises(ValueError, match="b_reads"):
+            ex.build(SimpleNamespace(b_reads=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))

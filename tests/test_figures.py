@@ -542,3 +542,15 @@ def test_swap_ab_ring_comes_from_the_shared_plan():
     config = rings["stage 15"]["config"]
     assert tokens15 + weight15 == config.stages * (SharedPlan(config, *SWAP_SHAPE[1:]).a_tile
                                                    + SharedPlan(config, *SWAP_SHAPE[1:]).b_tile)
+
+
+def test_evict_first_grid_comes_from_the_stage_and_the_count():
+    """At stage 16's shape one row of tiles loads B (evict_first); at the ladder's, 16 rows do (normal priority)."""
+    import lessons
+    from lessons.figures import LADDER_SHAPE, b_read_map
+    from lessons.figures.evict_first import EVICT_SHAPE
+    assert EVICT_SHAPE == lessons.stage(16).SHAPE
+    decode, prefill = b_read_map(*EVICT_SHAPE), b_read_map(*LADDER_SHAPE)
+    assert (decode["rows"], decode["b_reads"], decode["priority"]) == (1, 1, "first")
+    assert decode["columns"] == 4096 // decode["config"].block_n
+    assert (prefill["rows"], prefill["b_reads"], prefill["priority"]) == (16, 16, "normal")

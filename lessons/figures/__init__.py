@@ -29,6 +29,8 @@ figure                         drawn from
 14_early_poll                  stage 13 / 14 cubins after the last QGMMA: where the full-barrier test lands
 15_swap_ab                     stages 14 / 15's configs and ``SharedPlan`` (gemm.kernel.config): one CTA's ring
                                by part; the accumulator tile and its scales, unswapped and swapped
+16_evict_first                 stage 16's configs and ``b_reads`` (gemm.heuristics): the tile grid, how many tiles
+                               load each byte of B, and B's L2 priority, at decode and at the ladder's shape
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -56,6 +58,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
 * :mod:`lessons.figures.uniform_datapath`: stage 13, the K block's SASS by datapath, stage 12 against 13;
 * :mod:`lessons.figures.early_poll`: stage 14, the SASS after a K block's last wgmma, stage 13 against 14;
 * :mod:`lessons.figures.swap_ab`: stage 15, the decode ring by part and the swapped tile's scales;
+* :mod:`lessons.figures.evict_first`: stage 16, how many tiles load each byte of B, and its L2 priority;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -64,6 +67,7 @@ from __future__ import annotations
 
 from lessons.figures.drawing import LADDER_SHAPE
 from lessons.figures.early_poll import after_last_wgmma, early_poll
+from lessons.figures.evict_first import b_read_map, evict_first
 from lessons.figures.numba_threads import (micro_tile, micro_tile_map, naive_thread_map, smem_banks,
                                            smem_tile_banks, staging_lanes, thread_output_map)
 from lessons.figures.ring_timelines import (Event, RingTrace, Timing, producer_consumer_timeline, replay,
@@ -100,6 +104,7 @@ FIGURES = {
     "13_uniform_datapath": uniform_datapath,
     "14_early_poll": early_poll,
     "15_swap_ab": swap_ab,
+    "16_evict_first": evict_first,
     "moe_grouped_layouts": moe_layouts,
 }
 
@@ -109,5 +114,5 @@ __all__ = ["FIGURES", "LADDER_SHAPE", "DECODE_SHAPE", "MOE_EXAMPLE", "Event", "R
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
            "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy", "k_block_classes", "after_last_wgmma",
-           "ring_bytes",
+           "ring_bytes", "b_read_map",
            *(function.__name__ for function in FIGURES.values())]
