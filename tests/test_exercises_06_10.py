@@ -511,9 +511,23 @@ def test_16_a_wrong_count_is_named_by_the_rule_and_changes_the_hint(wrong):
     problems = ex.extra["checks"][0](SimpleNamespace(b_reads=count))
     assert len(problems) == 1 and "that walk loads each byte of B" in problems[0], problems
     assert ex.extra["checks"][0](ex.reference()) == []
-    if wrong == "times the split":  # the split decode tile of the stage's own shape loses its hint
-        assert ex.build(SimpleNamespace(b_reads=count)).config_of(*lessons_stage(16).SHAPE).b_eviction == "normal"
+    if wrong == "times the split":  # the stage's own (split) decode shape: the build refuses to take it
+        with pytest.raises(ValueError, match="load each byte of B 1 time: its B loads would take the wrong L2"):
+            ex.build(SimpleNamespace(b_reads=count)).config_of(*lessons_stage(16).SHAPE)
         assert ex.build(ex.reference()).config_of(*lessons_stage(16).SHAPE).b_eviction == "first"
+
+
+def test_16_a_count_right_for_the_rule_check_only_is_refused_by_the_build(rng):
+    """The red team's pass: right where the rule check asks (N = 4096, K = 7168, its public cases), 1 elsewhere.
+    D is right whatever the count, so the build itself compares each count it uses with the kernel's own."""
+    ex = exercise(16)
+
+    def rule_check_only(m, n, k, block_m, block_n, split_k, multicast):
+        return -(-m // block_m) if (n, k) == (4096, 7168) else 1
+    solution = SimpleNamespace(b_reads=rule_check_only)
+    assert ex.extra["checks"][0](solution) == []
+    with pytest.raises(ValueError, match="graded kernel's tiles load each byte of B 2 times"):
+        ex.build(solution).run_cpu(*random_problem(300, 136, 256, rng))
 
 
 def test_16_answers_that_are_no_count_are_refused(rng):

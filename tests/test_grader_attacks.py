@@ -382,3 +382,32 @@ def test_an_oracle_whose_judge_was_killed_ends_with_it(tmp_path):
         time.sleep(0.2)
     os.kill(pid, 9)
     pytest.fail(f"the oracle {pid} outlived its judge")
+
+
+# ------------------------------------------------------------------------------- exercise 16: a count D ignores
+@pytest.mark.parametrize("source", [
+    # right where the rule check asks (its N and K), one everywhere else
+    '''
+    def b_reads(m, n, k, block_m, block_n, split_k, multicast):
+        return -(-m // block_m) if (n, k) == (4096, 7168) else 1
+    ''',
+    # every B read once, a constant
+    '''
+    def b_reads(m, n, k, block_m, block_n, split_k, multicast):
+        return 1
+    ''',
+], ids=["rule check only", "constant"])
+def test_exercise_16_a_count_the_kernel_does_not_use_fails(tmp_path, source):
+    """D is the same whatever the count (only B's L2 priority follows it), so the build compares every count it
+    uses with the graded kernel's own, besides the rule check (the red team's passes of 2026-11-28)."""
+    report = run(tmp_path, source, stage=16)
+    assert not report["passed"], grader.summary(report)
+    assert "the graded kernel's tiles load each byte of B" in failed_details(report)
+
+
+def test_exercise_16_an_honest_count_passes(tmp_path):
+    report = run(tmp_path, '''
+        def b_reads(m, n, k, block_m, block_n, split_k, multicast):
+            return max(1, -(-m // block_m))
+    ''', stage=16)
+    assert report["passed"], grader.summary(report)

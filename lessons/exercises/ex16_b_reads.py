@@ -7,7 +7,9 @@ from the answer: :func:`lessons.16_evict_first.hinted` with ``reads=``), since a
 is the one to give up first. The answer is data on the host: D is the same whatever it says, so the correctness
 checks cannot judge it; the rule check does, on dense tiles of 64-256 rows with ragged M, swapped tiles of 8-32
 token rows, K split over clusters of 2-4 CTAs, multicast pairs and masked groups (M: a group's expected tokens),
-naming the first config it gets wrong. An answer that is not a positive int is refused before any kernel is built.
+naming the first config it gets wrong; and every count a graded kernel is built from must be that kernel's own (a
+solution that answered the rule check one way and the build another would otherwise pass). An answer that is not a
+positive int is refused before any kernel is built.
 """
 from __future__ import annotations
 
@@ -94,12 +96,21 @@ def tile_reads(solution) -> list[str]:
 
 
 def checked(solution, n: int, k: int):
-    """The student's count as ``hinted``'s ``reads(m, config)``, refusing what is not a positive int (it decides a
-    config field: nothing else may reach the generator)."""
+    """The student's count as ``hinted``'s ``reads(m, config)``: refused unless it is a positive int, and unless it
+    is the graded kernel's own count (:func:`gemm.heuristics.b_reads`). D does not depend on it, so a count that
+    answered the rule check one way and the graded kernels another would otherwise pass with the wrong priority."""
+    from gemm.heuristics import b_reads
+
     def reads(m, config):
         value = _ask(solution.b_reads, m, n, k, config)
         if type(value) is not int or value < 1:
             raise ValueError(f"b_reads(m={m}, ...) returned {value!r}: a count of tiles is an int >= 1")
+        want = b_reads(m, config)
+        if value != want:
+            raise ValueError(f"b_reads(m={m}, n={n}, k={k}, block_m={config.block_m}, block_n={config.block_n}, "
+                             f"split_k={config.split_k}, multicast={config.multicast}) = {value}, but the graded "
+                             f"kernel's tiles load each byte of B {want} time{'s' * (want != 1)}: its B loads would "
+                             "take the wrong L2 priority")
         return value
     return reads
 
@@ -125,9 +136,9 @@ EXERCISE = Exercise(
     reference=reference,
     build=build,
     required_sass=("UTMALDG", "QGMMA"),
-    # swapped 8- and 32-token tiles with K split over 2 CTAs (one row: hinted), and 256-row tiles over 300 rows
-    # (two rows: not hinted)
-    shapes_cpu=((5, 136, 384), (27, 136, 640), (300, 136, 256)),
+    # swapped 8- and 32-token tiles with K split over 2 CTAs (one row: hinted), 256-row tiles over 300 and 520 rows
+    # (two and three rows: not hinted)
+    shapes_cpu=((5, 136, 384), (27, 136, 640), (300, 136, 256), (520, 72, 128)),
     shapes_gpu=((32, 4096, 7168), (1, 7168, 2048)),
     perf_threshold=None,
     extra={"checks": (tile_reads,)},
