@@ -307,8 +307,7 @@ def choose_config(m: int, n: int, k: int, device: DeviceFacts | None = None, *, 
 def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[str, ...], out_dtype: str = "bf16",
                    accumulate: bool = False, allow_swap_ab: bool = True) -> KernelConfig:
     config = _production_config(m, n, k, device, out_dtype, accumulate, allow_swap_ab).replace(post_passes=passes)
-    if reads_b_once(m, config) and hint_measured(config):
-        config = config.replace(b_eviction="first")
+    config = with_b_hint(m, config)
     if os.environ.get("FP8LADDER_PRINT_CONFIGS"):
         print(f"fp8_gemm_nt M={m} N={n} K={k}: {config.describe()}")
     return config
@@ -329,6 +328,12 @@ def hint_measured(config: KernelConfig) -> bool:
             and config.block_m <= 128)
 
 
+def with_b_hint(m: int, config: KernelConfig) -> KernelConfig:
+    """Production's config with B's loads marked evict_first where one row of tiles reads B once and the hint was
+    measured (:func:`reads_b_once`, :func:`hint_measured`); unchanged elsewhere."""
+    return config.replace(b_eviction="first") if reads_b_once(m, config) and hint_measured(config) else config
+
+
 def reads_b_once(m: int, config: KernelConfig, reads=None) -> bool:
     """One row of tiles (M <= BLOCK_M): every byte of B is read once, so its TMA loads go to L2 as evict_first
     (KernelConfig.b_eviction) and the stream recycles its own lines instead of evicting what the L2 held. Measured
@@ -336,8 +341,8 @@ def reads_b_once(m: int, config: KernelConfig, reads=None) -> bool:
     "B read once, evicted first"): after the timer's memset flush, whose dirty lines the stream would otherwise write
     back, +1.8 to +10.5% at the eight decode and short-K shapes (64 x 7168 x 16384 +10.5%, 32 x 4096 x 7168 +8.8%,
     16 x 2112 x 7168 +3.3%, 64 x 32768 x 512 +3.6%); after the clean flush -1.0 to +1.6%. Where B is re-read by
-    other rows of tiles it loses: 4096 x 7168 x 16384 -2.4% after the clean flush (+1.5% after the memset). The masked grouped GEMM, ``m`` its
-    expected_m, reads each expert's weight once where one token tile holds the expert's tokens: the four MoE decode
+    other rows of tiles it loses: 4096 x 7168 x 16384 -2.4% after the clean flush (+1.5% after the memset). The
+    masked grouped GEMM, ``m`` its expected_m, reads each expert's weight once where one token tile holds the expert's tokens: the four MoE decode
     shapes -1.3 to +11.5% after the memset, -0.6 to +2.3% after the clean flush (results/grouped_beside_*.json);
     production hints its swapped (decode) kernels, the ones measured; a group whose count exceeds expected_m takes a
     second token tile and re-reads its expert's weight from HBM rather than L2 (correct, a little slower). Not the
@@ -479,8 +484,7 @@ def _choose_grouped_config(gemm_type: str, m: int, n: int, k: int, groups: int, 
     masked = gemm_type == "masked"
     if masked and allow_swap_ab and m <= SWAP_AB_MAX_M and epilogue == "tma":
         config = masked_swap_ab_config(m, n, k, device).replace(post_passes=passes)
-        return _printed(config.replace(b_eviction="first") if reads_b_once(m, config) else config,
-                        gemm_type, m, n, k, groups)
+        return _printed(with_b_hint(m, config), gemm_type, m, n, k, groups)
 
     def fits(block_m: int, block_n: int) -> bool:
         if block_m not in GROUPED_BLOCK_M[gemm_type]:

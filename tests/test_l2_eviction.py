@@ -174,3 +174,32 @@ def test_hinted_loads_on_the_gpu(m, n, k, fields, rng):
     assert config.b_eviction == "first"
     a, sa, b, sb = random_problem(m, n, k, rng)
     check_against_reference(run_on_gpu(_configured(config), a, sa, b, sb), a, sa, b, sb, rng)
+
+
+def test_bench_grouped_beside_keeps_each_configs_best_ok_round(monkeypatch, tmp_path):
+    """`python -m gemm bench grouped --beside` (the masked rows above) on the CPU, its GPU measurement replaced: the
+    rounds alternate their order, each config keeps its fastest correct round (a faster WRONG one never wins), the
+    ratio is production's time over the other's, and the rows land in grouped_beside_<flush>.json."""
+    import json
+    from gemm.testing import bench_grouped
+    order, times = [], iter([10.0, 12.0, 11.0, 9.0, 8.0, 13.0])
+
+    def measured(layout, groups, m, n, k, rng, timer=None, config=None):
+        order.append(config.b_eviction)
+        status = "WRONG" if (config.b_eviction, len(order)) == ("first", 5) else "ok"
+        return {"layout": layout, "groups": groups, "ours_us": next(times), "status": status}
+    monkeypatch.setattr(bench_grouped, "measure_grouped", measured)
+    rows = bench_grouped.beside_bench("b_eviction=normal", [("masked", 8, 16, 7168, 2048)], 3, "clean", tmp_path)
+    assert order == ["first", "normal", "normal", "first", "first", "normal"]
+    production, other = rows
+    assert (production["ours_us"], other["ours_us"]) == (9.0, 11.0)  # 8.0 was a WRONG round of production's
+    assert other["vs_production"] == 9.0 / 11.0 and other["name"] == "production:b_eviction=normal"
+    written = json.loads((tmp_path / "grouped_beside_clean.json").read_text())
+    assert written["flush"] == "clean" and len(written["rows"]) == 2
+
+
+def test_bench_grouped_options_of_beside_alone_are_refused():
+    from argparse import Namespace
+    from gemm.testing.bench_grouped import run
+    with pytest.raises(SystemExit, match="go with --beside"):
+        run(Namespace(beside=None, masked_decode=True, rounds=None, flush=None, out=None))

@@ -26,7 +26,7 @@ from gemm.testing.records import Column, device_info, format_table, write_result
 from gemm.testing.timer import bench_back_to_back, bench_kernel
 
 
-def _overrides(text: str) -> dict:
+def parse_fields(text: str) -> dict:
     """ "stages=3,post_passes=('a',)" -> {"stages": 3, "post_passes": ("a",)} (commas inside brackets kept)."""
     items, depth, current = [], 0, ""
     for ch in text:
@@ -55,7 +55,7 @@ def parse_config(text: str, m: int, n: int, k: int):
     if base != "production":
         raise ValueError(f"unknown config {base!r}: a name is production[:field=value,...] "
                          "(a ladder stage's config: python -m lessons ablate)")
-    changes = _overrides(overrides)
+    changes = parse_fields(overrides)
     config = choose_config(m, n, k, allow_swap_ab=changes.get("swap_ab", True) is not False)
 
     def overridden(config):

@@ -206,8 +206,8 @@ def beside_bench(fields: str, shapes: list[tuple], rounds: int, flush: str, out:
     writes grouped_beside_<flush>.json into ``out`` (None: nothing)."""
     import functools
     from gemm.heuristics import choose_grouped_config
-    from gemm.testing.bench_configs import _overrides
-    changes = _overrides(fields)
+    from gemm.testing.bench_configs import parse_fields
+    changes = parse_fields(fields)
     timer = functools.partial(bench_kernel, flush=flush)
     rng = rng or np.random.default_rng()
     rows = []
@@ -227,8 +227,8 @@ def beside_bench(fields: str, shapes: list[tuple], rounds: int, flush: str, out:
                 best[f"production:{fields}"]["ours_us"]
         rows += best.values()
         ratio = best[f"production:{fields}"].get("vs_production", float("nan"))
-        print(f"{layout} G={groups} M={m} N={n} K={k}: production {best['production'].get('ours_us', float('nan')):.2f} "
-              f"us, with {fields} {best[f'production:{fields}'].get('ours_us', float('nan')):.2f} us "
+        times = [best[name].get("ours_us", float("nan")) for name in configs]
+        print(f"{layout} G={groups} M={m} N={n} K={k}: production {times[0]:.2f} us, with {fields} {times[1]:.2f} us "
               f"({ratio:.3f}x production's speed)", flush=True)
     if out is not None:
         path = Path(out) / f"grouped_beside_{flush}.json"
