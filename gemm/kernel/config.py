@@ -159,6 +159,11 @@ class KernelConfig:
     # every CTA re-reads (createpolicy + .L2::cache_hint, ptx.vocab.bulk_copies.create_l2_policy)
     a_eviction: str = "normal"
     b_eviction: str = "normal"
+    # persistent dense walk: where this CTA has a next tile, the math warpgroups wait for its first stage and issue
+    # its first wave of wgmmas before this tile's epilogue, so the tensor cores run under the epilogue and the next
+    # tile's start (B scales, zeroed totals) instead of idling there; that K block then skips its wait and its
+    # first wave's issue, and the epilogue's TMA stores wait until that wave has been waited for
+    overlap_epilogue: bool = False
 
     def __post_init__(self):
         if self.swap_ab:
@@ -287,6 +292,17 @@ class KernelConfig:
         if (self.a_eviction, self.b_eviction) != ("normal", "normal") and self.producer != "warpgroup":
             raise ValueError("a_eviction and b_eviction set the cache hint of the producer warpgroup's loads: they "
                              "need producer='warpgroup'")
+        if self.overlap_epilogue and (not self.persistent or self.gemm_type != "normal" or self.swap_ab
+                                      or self.producer != "warpgroup" or self.accumulators != 1
+                                      or not self.early_poll or self.constant_stages or self.first_block_assigns
+                                      or self.prefetch_b_scales or self.b_scales != "128x128"
+                                      or self.epilogue != "tma" or self.d_buffer_shape != (self.block_m, self.block_n)):
+            raise ValueError("overlap_epilogue=True issues the next tile's first wgmmas of a persistent dense walk "
+                             "before this tile's epilogue: it needs persistent=True, gemm_type='normal', swap_ab=False, "
+                             "producer='warpgroup', accumulators=1, early_poll=True (its test says the stage has "
+                             "landed), b_scales='128x128', epilogue='tma' with the whole tile in one pass "
+                             "(d_buffer=None: its stores wait for the wgmmas), and constant_stages, "
+                             "first_block_assigns and prefetch_b_scales off")
         if self.gemm_type == "masked" and not self.persistent:
             raise ValueError("gemm_type='masked' walks the groups' tiles in a persistent loop (their count is only "
                              "known on the device): it needs persistent=True")
@@ -408,6 +424,8 @@ class KernelConfig:
             fields.append("first K block assigns the totals")
         if self.constant_stages:
             fields.append("ring slots at compile-time offsets")
+        if self.overlap_epilogue:
+            fields.append("next tile's first wave issued before the epilogue")
         if self.l2_prefetch:
             fields.append(f"B prefetched {self.l2_prefetch} K blocks ahead into L2")
         fields += [f"{operand} loaded evict_{priority} in L2" for operand, priority in

@@ -24,7 +24,7 @@ from gemm.fp8 import ceil_div
 from gemm.kernel.config import KernelConfig, SharedPlan
 from gemm.kernel.epilogue import StagedEpilogue, TmaEpilogue, math_barrier
 from gemm.kernel.seams import NO_SEAMS, Seams
-from gemm.kernel.math_warpgroups import ColumnScales, MathWarpgroups
+from gemm.kernel.math_warpgroups import ColumnScales, MathWarpgroups, PreIssued
 from gemm.kernel.producer import InlineProducer, Ring, Stage, WarpgroupProducer
 from gemm.kernel.tile_scheduler import TileScheduler
 from ptx.builder import KernelBuilder, module
@@ -74,6 +74,7 @@ def check_problem(config: KernelConfig, n: int, k: int | None) -> SharedPlan:
 class _Kernel:
     def __init__(self, plan: SharedPlan, seams: Seams = NO_SEAMS):
         self.plan, self.config, self.seams = plan, plan.config, seams
+        self.pre_issued = self.full_known = None  # KernelConfig.overlap_epilogue's registers (math_body)
         self.b = KernelBuilder(KERNEL, params=kernel_params(self.config), max_threads=self.config.threads,
                                min_blocks_per_sm=1,
                                cluster=(self.config.cluster_size, 1, 1) if self.config.cluster_size > 1 else None)
@@ -200,6 +201,12 @@ class _Kernel:
         e(f"add.u32 {sb_tile}, {self.smem}, {p.sb_region};")
         c_stage, c_parity = self.ring.counters("c")
         scheduler = self.scheduler("mt")
+        if c.overlap_epilogue:  # one flag and one early-poll result for every K loop variant of the walk
+            self.pre_issued, self.full_known = PreIssued(b), r("pred", "p_full_known")
+            e(f"setp.ne.u32 {self.pre_issued.flag}, {self.tid}, {self.tid};")  # the first tile: nothing issued
+            # the tile whose TMA stores wait for the next wgmma wait (issue_deferred_stores), and whether there is one
+            self.pending = (r("u32", "m0_pending"), r("u32", "n0_pending"), r("pred", "p_stores_pending"), epilogue)
+            e(f"setp.ne.u32 {self.pending[2]}, {self.tid}, {self.tid};")
         fetched = None
         if c.prefetch_b_scales:  # the next tile's B scales, fetched into registers before this tile's epilogue
             fetched = ([r("f32", "sb_next") for _ in self._b_scale_chunks()], r("pred", "p_sb_fetched"))
@@ -236,14 +243,26 @@ class _Kernel:
                 e(f"mov.pred {fetched[1]}, {more};", f"@!{more} bra {skip};")
                 self.fetch_b_scales(scheduler.coords(following)[1], fetched[0])
                 b.place(skip)
+            drained = self.pre_issued is not None and isinstance(epilogue, TmaEpilogue)
+            if drained:  # before the wgmmas below: ptxas completes them at a bulk wait_group
+                epilogue.drain()
+            if self.pre_issued is not None:
+                self.issue_next_first_wave(math, scheduler, c_stage, c_parity)
             given = None
             if c.split_k > 1:
                 given = b.label("partials_given")
                 self.gather_partials(math, given)
             if scheduler.row_bound is not None:  # masked: rows g*M_max + m0.., stored below the group's count
                 epilogue.store(scheduler.a_row, n0, scheduler.row_bound)
+            elif drained:
+                epilogue.store(m0, n0, drained=True, deferred=True)
+                e(f"mov.u32 {self.pending[0]}, {m0};", f"mov.u32 {self.pending[1]}, {n0};",
+                  f"setp.eq.u32 {self.pending[2]}, {self.tid}, {self.tid};")
             else:
                 epilogue.store(m0, n0)
+        if self.pre_issued is not None:  # the walk's last tile: no K block after it. It issued nothing ahead, but
+            e(w.wgmma_wait_group(0))  # ptxas cannot tell, and would otherwise complete the wgmmas on every path here
+            self.issue_deferred_stores()
         epilogue.finish()
         if given:  # rank 0 completes the second phase it arrived on after reading its peers, then exits
             e(barriers.cluster_wait())
@@ -334,7 +353,10 @@ class _Kernel:
         top = b.label("k_block")
         e(f"mov.u32 {kb}, {self.k_first};")
         full_known = None
-        if self.config.early_poll:  # the next stage's full barrier, tested before the promotion: false before the
+        if self.pre_issued is not None:  # the first K block's stage was waited for before its wave 0 was issued
+            full_known = self.full_known
+            e(f"mov.pred {full_known}, {self.pre_issued.flag};")
+        elif self.config.early_poll:  # the next stage's full barrier, tested before the promotion: false before the
             full_known = r("pred", "p_full_known")  # tile's first
             e(f"setp.ne.u32 {full_known}, {kb}, {kb};")
         past = None
@@ -368,9 +390,38 @@ class _Kernel:
                 e(barriers.mbarrier_test_parity(self.ring.stage(stage).full, parity, full_known))
         math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, self.b_scale_operand(slot, sb_values, former),
                      release=release_and_test_next if full_known is not None else release, former_groups=former,
-                     assign=assign)
+                     assign=assign, pre_issued=self.pre_issued,
+                     after_first_wait=self.issue_deferred_stores if self.pre_issued is not None else None)
+        if self.pre_issued is not None:  # only a tile's first K block can have been issued ahead
+            e(f"setp.ne.u32 {self.pre_issued.flag}, {kb}, {kb};")
         if full_known is None:
             self.ring.advance(c_stage, c_parity)
+
+    def issue_deferred_stores(self) -> None:
+        """The previous tile's TMA stores, deferred by its epilogue, once this K block's first wave has been waited
+        for (or after the walk's last tile): no wgmma is then in flight across the store thread's branch."""
+        m0, n0, pending, epilogue = self.pending
+        skip = self.b.label("no_deferred_stores")
+        self.b.emit(f"@!{pending} bra {skip};")
+        epilogue.issue_deferred(m0, n0)
+        self.b.emit(f"setp.ne.u32 {pending}, {self.tid}, {self.tid};")
+        self.b.place(skip)
+
+    def issue_next_first_wave(self, math: MathWarpgroups, scheduler: TileScheduler, c_stage: str,
+                              c_parity: str) -> None:
+        """KernelConfig.overlap_epilogue, after a tile's K loop: where the walk has a next tile, wait for the ring's
+        next stage (that tile's first K block; the early poll may already have seen it land) and issue its wave 0
+        now, so the tensor cores run it under this tile's epilogue and the next tile's start. The choice must be
+        the same for every warp of a warpgroup (wgmma is a warpgroup's collective: a wave issued by some of its
+        warps hangs the GPU), so it rests on the tile walk alone, never on a warp's own poll of the barrier."""
+        b, e = self.b, self.b.emit
+        more, _ = scheduler.next_tile()
+        flag, skip = self.pre_issued.flag, b.label("next_wave_held")
+        e(f"mov.pred {flag}, {more};", f"@!{flag} bra {skip};")
+        slot = self.ring.stage(c_stage)
+        self.wait_full(slot, c_parity, self.full_known)
+        math.issue_first_wave(slot.a_tile, slot.b_tile, slot.sa_tile, self.pre_issued)
+        b.place(skip)
 
     def wait_full(self, slot: Stage, parity: str, full_known: str | None) -> None:
         """Wait for ``slot``'s full barrier, skipped where the early poll (``full_known``) saw it complete."""

@@ -108,6 +108,15 @@ def store_slots(block_n: int, vec: int, lane: int, it: int) -> tuple[int, int]:
 PER_THREAD_VALUES = ("lane", "warp", "fragment_row", "warpgroup_offset")
 
 
+class PreIssued:
+    """A K block whose wave 0 may already be in flight (KernelConfig.overlap_epilogue): ``flag`` (a predicate
+    register) is set where it is; ``row_scales``, its two A-scale registers, which the issue fills on either path."""
+
+    def __init__(self, b: KernelBuilder):
+        self.flag = b.reg("pred", "p_pre_issued")
+        self.row_scales = (b.reg("f32", "sa_pre"), b.reg("f32", "sa_pre"))
+
+
 class MathWarpgroups:
     """Emits the consumer side of a (block_m x block_n) tile into ``b``; ``tid`` is %tid.x in a register.
     ``seams``: a caller's ``wave_offset`` in place of :meth:`wave_row`'s rule (:mod:`gemm.kernel.seams`).
@@ -196,7 +205,8 @@ class MathWarpgroups:
     # -- one K block ---------------------------------------------------------------------------------
     def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str | tuple[str, str] | ColumnScales,
                 release: Callable[[], None] | None = None, former_groups: int | None = None,
-                assign: bool = False) -> None:
+                assign: bool = False, pre_issued: "PreIssued | None" = None,
+                after_first_wait: Callable[[], None] | None = None) -> None:
         """Multiply this stage's tiles (u32 shared addresses, 1024-aligned) and promote into the totals;
         ``release()`` emits the stage's release between the wgmma wait and the promotion.
 
@@ -204,14 +214,23 @@ class MathWarpgroups:
         blocks: its first ``former_groups`` 8-column groups take the first (a compile-time split); or, 1x128,
         the stage's :class:`ColumnScales`. With ``swap_ab`` the roles of the tiles in the wgmma swap
         (:meth:`_swapped_k_block`). ``assign``: the tile's first K block, whose promotion writes the totals instead of
-        adding to them (KernelConfig.first_block_assigns: no zeroing before it)."""
+        adding to them (KernelConfig.first_block_assigns: no zeroing before it). ``pre_issued``
+        (KernelConfig.overlap_epilogue): where its predicate is set, wave 0's wgmmas were issued before the previous
+        tile's epilogue (:meth:`issue_first_wave`, its A scales in the same registers), so only the wait remains;
+        ``after_first_wait()`` emits what must wait until no wgmma is in flight (that epilogue's deferred stores)."""
         if self.swap_ab:
             return self._swapped_k_block(a_tile, b_tile, sa_tile, sb_value, release, assign)
         e = self.b.emit
         scratch, b_desc = self._b_descriptor(b_tile)
         column_scales = None
         for wave, total in enumerate(self.totals):
-            sa_lo, sa_hi = self._issue_wave(wave, a_tile, b_desc, scratch, sa_tile, self.acc)
+            if wave == 0 and pre_issued is not None:
+                issued = self.b.label("first_wave_issued")
+                e(f"@{pre_issued.flag} bra {issued};")
+                sa_lo, sa_hi = self._issue_wave(0, a_tile, b_desc, scratch, sa_tile, self.acc, pre_issued.row_scales)
+                self.b.place(issued)
+            else:
+                sa_lo, sa_hi = self._issue_wave(wave, a_tile, b_desc, scratch, sa_tile, self.acc)
             if isinstance(sb_value, ColumnScales):
                 if column_scales is None:  # once per K block, while the first wave's MMAs run
                     column_scales = self._load_column_scales(sb_value.tile)
@@ -221,9 +240,18 @@ class MathWarpgroups:
                 self._promote_by_column(total, sa_lo, sa_hi, column_scales, assign)
                 continue
             e(w.wgmma_wait_group(0))
+            if wave == 0 and after_first_wait is not None:
+                after_first_wait()
             if release is not None and wave == self.waves - 1:
                 release()
             self._promote(total, self.acc, sa_lo, sa_hi, sb_value, former_groups, assign)
+
+    def issue_first_wave(self, a_tile: str, b_tile: str, sa_tile: str, pre_issued: "PreIssued") -> None:
+        """Wave 0 of a K block's wgmmas into :attr:`acc`, committed, its A scales into ``pre_issued.row_scales``;
+        :meth:`k_block` with ``pre_issued`` waits for it (KernelConfig.overlap_epilogue: issued before the previous
+        tile's epilogue, which touches the totals only, never :attr:`acc`)."""
+        scratch, b_desc = self._b_descriptor(b_tile)
+        self._issue_wave(0, a_tile, b_desc, scratch, sa_tile, self.acc, pre_issued.row_scales)
 
     # -- K blocks in flight two at a time (KernelConfig.accumulators == 2) ----------------------------------
     def issue_k_block(self, a_tile: str, b_tile: str, sa_tile: str, acc: list[str],
@@ -460,7 +488,7 @@ class MathWarpgroups:
             e(f"{guard}st.global.{kind[0]} [{ptr}+{2 * (row_off * n + col_off)}], {operand};")
 
 
-__all__ = ["MathWarpgroups", "PER_THREAD_VALUES", "ColumnScales", "fragment_column", "tile_rows",
+__all__ = ["MathWarpgroups", "PER_THREAD_VALUES", "ColumnScales", "PreIssued", "fragment_column", "tile_rows",
            "math_warpgroup_count", "staging_pitch", "staging_bytes",
            "store_vector_elements", "store_slots",
            "BLOCK_K", "K_STEPS", "WARPGROUP_ROWS"]

@@ -1,0 +1,122 @@
+"""The next tile's first wave issued before this tile's epilogue (KernelConfig.overlap_epilogue): exact on the PTX
+emulator on every tile walk it allows (one and two waves a warpgroup, two B scales a K block, a multicast pair, a
+ragged edge, one K block a tile), the pre-issued path taken (a mutation that issues nothing ahead fails), the SASS
+keeping that wave in flight through the epilogue and the next tile's start, misuse named, and on the GPU against the
+float64 reference."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from gemm.heuristics import H100, choose_config
+from gemm.kernel import KERNEL, KernelConfig, generate
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tc_checks import assert_clean_resources, assert_exact, small_integer_problem  # noqa: E402
+
+# (M, N, K, fields): 3 CTAs walk several tiles each; every tile but a CTA's first has its first wave issued ahead
+CASES = {
+    "dense, the ring wrapping": (300, 416, 640, dict(stages=3)),
+    "two waves a warpgroup": (300, 136, 512, dict(stages=2, block_m=256, block_n=64)),
+    "one K block a tile": (130, 520, 128, dict(stages=2, block_n=64)),
+    "two B scales a K block": (200, 600, 384, dict(stages=3, block_n=192)),
+    "a multicast pair": (300, 416, 256, dict(stages=4, multicast=2)),
+    "ragged edges, one warpgroup": (257, 200, 400, dict(stages=2, block_m=64, block_n=64)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_overlap_epilogue_on_the_emulator(name, rng):
+    """Exact against the BF16-rounded reference, every element written: a wave issued from the wrong slot, a stage
+    released before its pre-issued wave was waited for, or a deferred store lost or aimed at the wrong tile is a
+    wrong answer (or an unwritten element) here."""
+    from gemm.testing.emulated import run_gemm
+    m, n, k, fields = CASES[name]
+    config = KernelConfig(overlap_epilogue=True, **fields)
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=3, seed=int(rng.integers(1000))), problem)
+
+
+@pytest.mark.parametrize("mutation", ["nothing issued ahead", "deferred stores dropped"])
+def test_the_emulator_takes_the_overlapped_path(mutation, rng, monkeypatch, request):
+    """The tests above vouch for the overlap only if its path runs: with the wave not issued ahead (the K block still
+    skips its issue) or the deferred stores never issued, the same problem fails."""
+    from gemm.kernel import epilogue, math_warpgroups
+    from gemm.testing.emulated import run_gemm
+    generate.cache_clear()  # generate() keeps the PTX of configs built before; the mutated kernel must be new
+    request.addfinalizer(generate.cache_clear)  # and must not outlive this test
+    if mutation == "nothing issued ahead":
+        monkeypatch.setattr(math_warpgroups.MathWarpgroups, "issue_first_wave", lambda self, *args: None)
+    else:
+        monkeypatch.setattr(epilogue.TmaEpilogue, "issue_deferred", lambda self, m0, n0: None)
+    m, n, k, fields = CASES["dense, the ring wrapping"]
+    problem = small_integer_problem(m, n, k, rng)
+    with pytest.raises(AssertionError):
+        assert_exact(run_gemm(KernelConfig(overlap_epilogue=True, **fields), *problem, sm_count=3,
+                              seed=int(rng.integers(1000))), problem)
+
+
+def _sass(config, n, k):
+    from ptx.compile import compile_ptx
+    from ptx.sass import disassemble
+    cubin = compile_ptx(generate(config, n, k))
+    assert_clean_resources(cubin, KERNEL)
+    assert not cubin.warnings, cubin.warnings
+    return [instruction.text for instruction in disassemble(cubin)]
+
+
+@pytest.mark.parametrize("m, n, k", [(4096, 24576, 1536), (4096, 2112, 7168)])
+def test_the_wave_stays_in_flight_through_the_epilogue(m, n, k):
+    """ptxas completes wgmmas in flight before a bulk wait_group and before a branch only some threads take (the
+    store thread's), so the epilogue drains the previous stores before the wave is issued and its stores wait until
+    the wave has been waited for. What this asserts: the last QGMMA group of the listing (the one issued ahead) is
+    followed by the epilogue's stmatrix and barrier and the next tile's B-scale load before any wgmma wait."""
+    config = choose_config(m, n, k, H100).replace(overlap_epilogue=True, d_buffer=None)
+    sass = _sass(config, n, k)
+    last_group = max(i for i, text in enumerate(sass) if text.startswith("QGMMA"))
+    after = sass[last_group + 1:]
+    first_wait = next(i for i, text in enumerate(after) if text.startswith("WARPGROUP.DEPBAR"))
+    assert any(text.startswith("STSM") for text in after[:first_wait]), "the epilogue ran after the wave's wait"
+    assert sum(text.startswith("BAR.SYNC") for text in after[:first_wait]) >= 1
+    # the wait that follows is the loop exit's (the walk's last tile), reached only past the loop's back edge
+    assert any("BRA" in text for text in after[:first_wait])
+
+
+def test_off_leaves_the_kernel_unchanged():
+    config = KernelConfig(stages=3, block_m=256, block_n=128)
+    assert generate(config, 4096, 1536) == generate(config.replace(overlap_epilogue=False), 4096, 1536)
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(persistent=False, raster_group=0), "persistent=True"),
+    (dict(accumulators=2), "accumulators=1"),
+    (dict(early_poll=False), "early_poll=True"),
+    (dict(d_buffer=(128, 64)), "d_buffer=None"),
+    (dict(epilogue="staged"), "epilogue='tma'"),
+    (dict(constant_stages=True), "constant_stages"),
+    (dict(gemm_type="contiguous", block_m=128), "gemm_type='normal'"),
+])
+def test_overlap_epilogue_misuse_is_named(fields, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        KernelConfig(overlap_epilogue=True, **fields)
+
+
+GPU_CASES = [
+    (1000, 24576, 1536, dict(block_m=256, block_n=128, stages=3)),  # two waves, several tiles a CTA
+    (4097, 2112, 512, dict(block_m=128, block_n=192, stages=4)),  # two B scales a K block, a ragged row
+    (777, 7168, 2048, dict(block_m=128, block_n=128, stages=4, multicast=2)),  # a pair
+    (300, 4096, 128, dict(block_m=128, block_n=64, stages=2)),  # one K block a tile
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k, fields", GPU_CASES)
+def test_overlap_epilogue_on_the_gpu(m, n, k, fields, rng):
+    """Against the float64 reference from the dequantized inputs (DeepGEMM's diff < 1e-3), every element written
+    (NaN-poisoned D), fresh random inputs."""
+    from gemm.testing.problems import random_problem
+    from tc_checks import check_against_reference, run_on_gpu
+    from test_generator import _configured
+    config = KernelConfig(overlap_epilogue=True, **fields)
+    a, sa, b, sb = random_problem(m, n, k, rng)
+    check_against_reference(run_on_gpu(_configured(config), a, sa, b, sb), a, sa, b, sb, rng)
