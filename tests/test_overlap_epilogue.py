@@ -56,6 +56,32 @@ def test_the_emulator_takes_the_overlapped_path(mutation, rng, monkeypatch, requ
                               seed=int(rng.integers(1000))), problem)
 
 
+def test_a_choice_from_a_warps_own_poll_is_caught(rng, monkeypatch, request):
+    """The first version issued the wave where the early poll had seen the stage land. Each warp polls on its own,
+    so warps of one warpgroup chose differently and a wgmma issued by part of a warpgroup hung the GPU (a
+    multicast pair, 777x7168x2048). The emulator's test_wait lets each warp see a completion late under a seeded
+    schedule, so that version fails here on every seed, named as a collective executed by part of the group."""
+    from gemm.kernel import generator
+    from gemm.testing.emulated import run_gemm
+    from ptx.emulate import EmulationError
+
+    def chosen_by_each_warp(self, math, scheduler, c_stage, c_parity):
+        more, _ = scheduler.next_tile()
+        flag, skip = self.pre_issued.flag, self.b.label("next_wave_held")
+        self.b.emit(f"and.pred {flag}, {more}, {self.full_known};", f"@!{flag} bra {skip};")
+        slot = self.ring.stage(c_stage)
+        math.issue_first_wave(slot.a_tile, slot.b_tile, slot.sa_tile, self.pre_issued)
+        self.b.place(skip)
+
+    generate.cache_clear()
+    request.addfinalizer(generate.cache_clear)
+    monkeypatch.setattr(generator._Kernel, "issue_next_first_wave", chosen_by_each_warp)
+    m, n, k, fields = CASES["dense, the ring wrapping"]
+    problem = small_integer_problem(m, n, k, rng)
+    with pytest.raises(EmulationError, match="only part of the warpgroup"):
+        run_gemm(KernelConfig(overlap_epilogue=True, **fields), *problem, sm_count=3, seed=int(rng.integers(1000)))
+
+
 def _sass(config, n, k):
     from ptx.compile import compile_ptx
     from ptx.sass import disassemble

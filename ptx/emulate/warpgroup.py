@@ -10,7 +10,9 @@ ptx.emulate.warpgroup_scheduling runs the warpgroups of a CTA cooperatively.
 * Blocking: an mbarrier.try_wait that is not ready, or a bar.sync whose barrier has not gathered its threads,
   blocks the warpgroup (``self.wait``) and hands control back to the scheduler; after an mbarrier.arrive or
   bar.arrive the warpgroup yields (``preempt``; not after an arrive.expect_tx whose bytes are still due), so
-  a consumer that releases a stage too early sees the producer's next bytes.
+  a consumer that releases a stage too early sees the producer's next bytes. Under a seeded schedule a warp's
+  mbarrier.test_wait may see a completed phase late, each warp on its own (``_seen_by_warps``), as warps polling
+  at different times do: a warpgroup collective chosen from that poll is caught executed by part of the group.
 * Clusters (the CTA's ``cluster``, ptx.emulate.warpgroup_scheduling): special registers %cluster_ctarank,
   %cluster_nctarank, %clusterid, %nclusterid, %cluster_ctaid, %cluster_nctaid; mapa.shared::cluster.u32 gives
   CLUSTER_WINDOW | rank << 24 | offset (ptx.emulate.common), which mbarrier.arrive / expect_tx
@@ -40,6 +42,7 @@ class Warpgroup(AsyncProxy, CTA):
         self.pc, self.active, self.parked = 0, np.ones(threads, bool), []  # parked: [(label pc, mask)]
         self.done, self.wait, self.yield_now = False, None, False
         self.wgmma_open, self.wgmma_groups, self.in_flight = [], [], {}  # in_flight: accumulator -> wgmma line
+        self.observed = {}  # (barrier address, warp) -> the barrier's completed phases that warp has seen
 
     # -- control flow ---------------------------------------------------------------------------------------
     def advance(self):
@@ -314,10 +317,28 @@ class Warpgroup(AsyncProxy, CTA):
                 return
             result = np.zeros(self.n, bool)
             result[mask] = ready
-            self.write(ops[0], result, mask)
+            self.write(ops[0], self._seen_by_warps(result, mask, address, barrier, late=kind == "test_wait"), mask)
         elif kind != "expect_tx":
             raise EmulationError(f"unsupported {opcode}")
 
+
+    def _seen_by_warps(self, result, mask, address: int, barrier: Barrier, late: bool):
+        """What each warp's wait reports of a completed phase. Warps of one warpgroup poll at different times on the
+        GPU, so under a seeded schedule a non-blocking ``test_wait`` may report a phase incomplete to a warp that
+        has not yet seen it complete (it tested earlier), each warp by its own coin; once a warp has seen it, it
+        keeps seeing it. So a choice made from the poll may differ between the warps of a warpgroup, and a
+        collective made to depend on it (wgmma) shows up here executed by part of one."""
+        rng = self.cta.rng
+        for warp in np.unique(np.flatnonzero(mask) // 32):
+            lanes = mask & (np.arange(self.n) // 32 == warp)
+            if not result[lanes].any():
+                continue
+            key = (address, int(warp))
+            if late and rng is not None and self.observed.get(key, 0) < barrier.phase and rng.random() < 0.5:
+                result[lanes] = False
+            else:
+                self.observed[key] = max(self.observed.get(key, 0), barrier.phase)
+        return result
 
 
 __all__ = ["Warpgroup"]
