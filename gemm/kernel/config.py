@@ -164,6 +164,10 @@ class KernelConfig:
     # tile's start (B scales, zeroed totals) instead of idling there; that K block then skips its wait and its
     # first wave's issue, and the epilogue's TMA stores wait until that wave has been waited for
     overlap_epilogue: bool = False
+    # with overlap_epilogue: the wave is issued after the epilogue has written the tile to shared memory (the stage
+    # has had that long to land) instead of before the epilogue; it still runs under the fence, the barriers and
+    # the next tile's start
+    overlap_after_writes: bool = False
 
     def __post_init__(self):
         if self.swap_ab:
@@ -303,6 +307,9 @@ class KernelConfig:
                              "landed), b_scales='128x128', epilogue='tma' with the whole tile in one pass "
                              "(d_buffer=None: its stores wait for the wgmmas), and constant_stages, "
                              "first_block_assigns and prefetch_b_scales off")
+        if self.overlap_after_writes and not self.overlap_epilogue:
+            raise ValueError("overlap_after_writes=True says where overlap_epilogue issues the next tile's first wave: "
+                             "it needs overlap_epilogue=True")
         if self.gemm_type == "masked" and not self.persistent:
             raise ValueError("gemm_type='masked' walks the groups' tiles in a persistent loop (their count is only "
                              "known on the device): it needs persistent=True")
@@ -425,7 +432,8 @@ class KernelConfig:
         if self.constant_stages:
             fields.append("ring slots at compile-time offsets")
         if self.overlap_epilogue:
-            fields.append("next tile's first wave issued before the epilogue")
+            fields.append("next tile's first wave issued " + ("after the epilogue's shared writes"
+                                                              if self.overlap_after_writes else "before the epilogue"))
         if self.l2_prefetch:
             fields.append(f"B prefetched {self.l2_prefetch} K blocks ahead into L2")
         fields += [f"{operand} loaded evict_{priority} in L2" for operand, priority in

@@ -197,7 +197,7 @@ class TmaEpilogue:
         self.b.emit(f"@{self.store_thread} {bulk_copies.bulk_wait_group(0, read_only=True)}")
 
     def store(self, m0: str, n0: str, bound: str | None = None, drained: bool = False,
-              deferred: bool = False) -> None:
+              deferred: bool = False, after_writes=None) -> None:
         """The tile's totals to D[m0.., n0..]. ``bound`` (a register, for the masked grouped GEMM): D rows at or
         past it must stay untouched, which the TMA store cannot promise (it clips at the tensor's edges only), so
         a pass whose rows reach past ``bound`` is copied out of the shared buffer by the math threads with
@@ -205,7 +205,8 @@ class TmaEpilogue:
         ``drained``: the caller ran :meth:`drain` since the last stores, so the first pass only synchronizes.
         ``deferred`` (one pass only): the TMA stores are not issued here but by :meth:`issue_deferred` later, once
         no wgmma is in flight (KernelConfig.overlap_epilogue: ptxas completes every wgmma in flight before the
-        store thread's branch to the stores)."""
+        store thread's branch to the stores). ``after_writes()`` (one pass only) emits what follows the threads'
+        shared writes, before the fence that hands them to the TMA unit."""
         b, e, c = self.b, self.b.emit, self.plan.config
         waves = list(enumerate(self.math.totals))
         row_passes, col_passes = c.block_m // self.buffer_rows, c.block_n // self.buffer_cols
@@ -220,6 +221,10 @@ class TmaEpilogue:
                 first_group = col_pass * self.buffer_cols // 8
                 self._write(waves[row_pass * per_pass:(row_pass + 1) * per_pass],
                             range(first_group, first_group + self.buffer_cols // 8))
+                if after_writes is not None:
+                    if row_passes * col_passes != 1:
+                        raise ValueError("after_writes runs after the whole tile's shared writes: one pass only")
+                    after_writes()
                 e(barriers.fence_proxy_async(), math_barrier(c))  # every warp's shared writes visible to the TMA unit
                 if deferred:
                     if row_passes * col_passes != 1 or bound is not None:

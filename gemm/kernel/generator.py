@@ -246,8 +246,10 @@ class _Kernel:
             drained = self.pre_issued is not None and isinstance(epilogue, TmaEpilogue)
             if drained:  # before the wgmmas below: ptxas completes them at a bulk wait_group
                 epilogue.drain()
-            if self.pre_issued is not None:
+            def issue_next():
                 self.issue_next_first_wave(math, scheduler, c_stage, c_parity)
+            if self.pre_issued is not None and not c.overlap_after_writes:
+                issue_next()
             given = None
             if c.split_k > 1:
                 given = b.label("partials_given")
@@ -255,7 +257,8 @@ class _Kernel:
             if scheduler.row_bound is not None:  # masked: rows g*M_max + m0.., stored below the group's count
                 epilogue.store(scheduler.a_row, n0, scheduler.row_bound)
             elif drained:
-                epilogue.store(m0, n0, drained=True, deferred=True)
+                epilogue.store(m0, n0, drained=True, deferred=True,
+                               after_writes=issue_next if c.overlap_after_writes else None)
                 e(f"mov.u32 {self.pending[0]}, {m0};", f"mov.u32 {self.pending[1]}, {n0};",
                   f"setp.eq.u32 {self.pending[2]}, {self.tid}, {self.tid};")
             else:
