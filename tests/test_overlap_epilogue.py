@@ -25,15 +25,18 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("after_writes", [False, True], ids=["before the epilogue", "after its shared writes"])
+@pytest.mark.parametrize("after_writes, peeled", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["before the epilogue", "after its shared writes", "peeled first block",
+                              "peeled, after the writes"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_overlap_epilogue_on_the_emulator(name, after_writes, rng):
+def test_overlap_epilogue_on_the_emulator(name, after_writes, peeled, rng):
     """Exact against the BF16-rounded reference, every element written: a wave issued from the wrong slot, a stage
     released before its pre-issued wave was waited for, or a deferred store lost or aimed at the wrong tile is a
     wrong answer (or an unwritten element) here."""
     from gemm.testing.emulated import run_gemm
     m, n, k, fields = CASES[name]
-    config = KernelConfig(overlap_epilogue=True, overlap_after_writes=after_writes, **fields)
+    config = KernelConfig(overlap_epilogue=True, overlap_after_writes=after_writes, first_block_assigns=peeled,
+                          **fields)
     problem = small_integer_problem(m, n, k, rng)
     assert_exact(run_gemm(config, *problem, sm_count=3, seed=int(rng.integers(1000))), problem)
 
@@ -142,14 +145,16 @@ GPU_CASES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("after_writes", [False, True], ids=["before the epilogue", "after its shared writes"])
+@pytest.mark.parametrize("after_writes, peeled", [(False, False), (True, False), (True, True)],
+                         ids=["before the epilogue", "after its shared writes", "peeled, after the writes"])
 @pytest.mark.parametrize("m, n, k, fields", GPU_CASES)
-def test_overlap_epilogue_on_the_gpu(m, n, k, fields, after_writes, rng):
+def test_overlap_epilogue_on_the_gpu(m, n, k, fields, after_writes, peeled, rng):
     """Against the float64 reference from the dequantized inputs (DeepGEMM's diff < 1e-3), every element written
     (NaN-poisoned D), fresh random inputs."""
     from gemm.testing.problems import random_problem
     from tc_checks import check_against_reference, run_on_gpu
     from test_generator import _configured
-    config = KernelConfig(overlap_epilogue=True, overlap_after_writes=after_writes, **fields)
+    config = KernelConfig(overlap_epilogue=True, overlap_after_writes=after_writes, first_block_assigns=peeled,
+                          **fields)
     a, sa, b, sb = random_problem(m, n, k, rng)
     check_against_reference(run_on_gpu(_configured(config), a, sa, b, sb), a, sa, b, sb, rng)

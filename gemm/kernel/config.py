@@ -298,15 +298,15 @@ class KernelConfig:
                              "need producer='warpgroup'")
         if self.overlap_epilogue and (not self.persistent or self.gemm_type != "normal" or self.swap_ab
                                       or self.producer != "warpgroup" or self.accumulators != 1
-                                      or not self.early_poll or self.constant_stages or self.first_block_assigns
+                                      or not self.early_poll or self.constant_stages
                                       or self.prefetch_b_scales or self.b_scales != "128x128"
                                       or self.epilogue != "tma" or self.d_buffer_shape != (self.block_m, self.block_n)):
             raise ValueError("overlap_epilogue=True issues the next tile's first wgmmas of a persistent dense walk "
                              "before this tile's epilogue: it needs persistent=True, gemm_type='normal', swap_ab=False, "
                              "producer='warpgroup', accumulators=1, early_poll=True (its test says the stage has "
                              "landed), b_scales='128x128', epilogue='tma' with the whole tile in one pass "
-                             "(d_buffer=None: its stores wait for the wgmmas), and constant_stages, "
-                             "first_block_assigns and prefetch_b_scales off")
+                             "(d_buffer=None: its stores wait for the wgmmas), and constant_stages and "
+                             "prefetch_b_scales off")
         if self.overlap_after_writes and not self.overlap_epilogue:
             raise ValueError("overlap_after_writes=True says where overlap_epilogue issues the next tile's first wave: "
                              "it needs overlap_epilogue=True")

@@ -391,12 +391,15 @@ class _Kernel:
                 self.ring.advance(c_stage, c_parity)
                 stage, parity = tested or (c_stage, c_parity)
                 e(barriers.mbarrier_test_parity(self.ring.stage(stage).full, parity, full_known))
+        # the overlap's first-K-block work: in the peeled first block where the tile's first block is peeled
+        # (first_block_assigns), else in every block of the rolled loop, behind its flags
+        ahead = self.pre_issued if assign or not self.config.first_block_assigns else None
         math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, self.b_scale_operand(slot, sb_values, former),
                      release=release_and_test_next if full_known is not None else release, former_groups=former,
-                     assign=assign, pre_issued=self.pre_issued,
-                     after_first_wait=self.issue_deferred_stores if self.pre_issued is not None else None)
-        if self.pre_issued is not None:  # only a tile's first K block can have been issued ahead
-            e(f"setp.ne.u32 {self.pre_issued.flag}, {kb}, {kb};")
+                     assign=assign, pre_issued=ahead,
+                     after_first_wait=self.issue_deferred_stores if ahead is not None else None)
+        if ahead is not None:  # only a tile's first K block can have been issued ahead
+            e(f"setp.ne.u32 {ahead.flag}, {kb}, {kb};")
         if full_known is None:
             self.ring.advance(c_stage, c_parity)
 
