@@ -4,7 +4,7 @@
     python -m gemm prebuild --shapes "2112,7168;24576,1536" --max-m 4096
 
 Benchmarks: ``python -m gemm bench dense | grouped | wgrad | configs | flush | host | new-m``;
-``python -m gemm sanitize``.
+``python -m gemm sanitize``; ``python -m gemm profile-regions`` (an ncu listing by kernel phase).
 """
 from __future__ import annotations
 
@@ -116,12 +116,21 @@ def _add_sanitize(commands) -> None:
     parser.set_defaults(run=sanitize.run)
 
 
+def _add_profile_regions(commands) -> None:
+    from gemm.testing import ncu_regions
+    parser = commands.add_parser("profile-regions", help="ncu's per-instruction samples summed by kernel phase (CPU)",
+                                 description=ncu_regions.__doc__.split("\n\n")[0])
+    ncu_regions.add_arguments(parser)
+    parser.set_defaults(run=ncu_regions.run)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gemm", description="fp8-ladder's GEMM library: commands.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_prebuild(commands)  # further commands: one _add_<name>(commands) each
     _add_bench(commands)
     _add_sanitize(commands)
+    _add_profile_regions(commands)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
