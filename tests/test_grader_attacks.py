@@ -406,8 +406,13 @@ def test_exercise_16_a_count_the_kernel_does_not_use_fails(tmp_path, source):
 
 
 def test_exercise_16_an_honest_count_passes(tmp_path):
+    """It passes, and the kernel's UTMALDG and QGMMA are shown as the scaffold's (stage 15's kernel, the exercise's
+    ``scaffold``), not credited: the stub build (every count 0) is refused, which credited them before."""
     report = run(tmp_path, '''
         def b_reads(m, n, k, block_m, block_n, split_k, multicast):
             return max(1, -(-m // block_m))
     ''', stage=16)
     assert report["passed"], grader.summary(report)
+    for name in ("uses UTMALDG", "uses QGMMA"):
+        check = next(c for c in report["checks"] if c["name"] == name)
+        assert not check["graded"] and "scaffold" in check["detail"], check

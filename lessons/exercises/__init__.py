@@ -71,6 +71,9 @@ class Exercise:
     # Where the project keeps this exercise's answer besides its stage module: repository-relative file -> names
     # stripped from the grading sandbox's copy (None: the whole module).
     answer_sites: dict = field(default_factory=dict)
+    # The kernel a student starts from, for the technique checks' "the scaffold's, not the student's" comparison,
+    # where the stub build (the holes' simplest answers) is refused by the build itself (lessons.grading.technique)
+    scaffold: Callable[[], Candidate] | None = None
 
     @property
     def skeleton(self) -> Path:

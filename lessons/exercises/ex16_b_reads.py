@@ -117,13 +117,27 @@ def checked(solution, n: int, k: int):
 
 def build(solution):
     import lessons
-    from lessons.exercises.holed import HoledKernel
     stage = lessons.stage(STAGE)
 
     def config_of(m, n, k):
         hinted = stage.hinted(m, n, k, reads=checked(solution, n, k))
         return lessons.stage(STAGE - 1).config(m, n, k).replace(b_eviction="first" if hinted else "normal")
-    return HoledKernel(config_of, lambda m, n, k: {}, cpu_stages=2, sass_shape=stage.SHAPE, sm_count_cpu=2)
+    return _kernel(config_of)
+
+
+def scaffold():
+    """Stage 15's kernel, no hint: what the student starts from. The stub build (every count 0) is refused by
+    :func:`checked`, so the technique checks compare against this instead: its UTMALDG and QGMMA are the
+    scaffold's, not the student's."""
+    import lessons
+    return _kernel(lessons.stage(STAGE - 1).config)
+
+
+def _kernel(config_of):
+    import lessons
+    from lessons.exercises.holed import HoledKernel
+    return HoledKernel(config_of, lambda m, n, k: {}, cpu_stages=2, sass_shape=lessons.stage(STAGE).SHAPE,
+                       sm_count_cpu=2)
 
 
 EXERCISE = Exercise(
@@ -135,6 +149,7 @@ EXERCISE = Exercise(
     questions=QUESTIONS,
     reference=reference,
     build=build,
+    scaffold=scaffold,
     required_sass=("UTMALDG", "QGMMA"),
     # swapped 8- and 32-token tiles with K split over 2 CTAs (one row: hinted), 256-row tiles over 300 and 520 rows
     # (two and three rows: not hinted)

@@ -65,7 +65,10 @@ def _zero_like(value):
 
 
 def stub_candidate(exercise):
-    """The stub solution's candidate (None where there is none, or it does not build)."""
+    """The stub solution's candidate (None where there is none, or it does not build); the exercise's own
+    ``scaffold`` (the kernel a student starts from) where its build refuses the stub's answers."""
+    if getattr(exercise, "scaffold", None) is not None:
+        return exercise.scaffold()
     try:
         stub = stub_solution(exercise)
         return None if stub is None else exercise.build(stub)
