@@ -302,7 +302,7 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
                   results / "uniform_offsets.json", results / "pdl_clean_flush.json", results / "early_poll.json",
                   results / "early_poll_reversed.json", results / "sweep_l2_eviction_memset.json",
                   results / "sweep_l2_eviction_clean.json", results / "sweep_overlap_epilogue.json",
-                  results / "sweep_overlap_after_writes.json", results / "sweep_overlap_peeled.json"):
+                  results / "sweep_overlap_peeled_recheck.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))
     other_ladders = sorted(results.glob("ladder_*x*x*.json"))  # runs at a stage's own shape (ladder_file)

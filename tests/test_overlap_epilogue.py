@@ -41,18 +41,14 @@ def test_overlap_epilogue_on_the_emulator(name, after_writes, peeled, rng):
     assert_exact(run_gemm(config, *problem, sm_count=3, seed=int(rng.integers(1000))), problem)
 
 
-@pytest.mark.parametrize("mutation", ["nothing issued ahead", "deferred stores dropped"])
-def test_the_emulator_takes_the_overlapped_path(mutation, rng, monkeypatch, request):
+def test_the_emulator_takes_the_overlapped_path(rng, monkeypatch, request):
     """The tests above vouch for the overlap only if its path runs: with the wave not issued ahead (the K block still
-    skips its issue) or the deferred stores never issued, the same problem fails."""
-    from gemm.kernel import epilogue, math_warpgroups
+    skips its issue), the same problem fails."""
+    from gemm.kernel import math_warpgroups
     from gemm.testing.emulated import run_gemm
     generate.cache_clear()  # generate() keeps the PTX of configs built before; the mutated kernel must be new
     request.addfinalizer(generate.cache_clear)  # and must not outlive this test
-    if mutation == "nothing issued ahead":
-        monkeypatch.setattr(math_warpgroups.MathWarpgroups, "issue_first_wave", lambda self, *args: None)
-    else:
-        monkeypatch.setattr(epilogue.TmaEpilogue, "issue_deferred", lambda self, m0, n0: None)
+    monkeypatch.setattr(math_warpgroups.MathWarpgroups, "issue_first_wave", lambda self, *args: None)
     m, n, k, fields = CASES["dense, the ring wrapping"]
     problem = small_integer_problem(m, n, k, rng)
     with pytest.raises(AssertionError):
@@ -95,26 +91,34 @@ def _sass(config, n, k):
     return [instruction.text for instruction in disassemble(cubin)]
 
 
+def _in_flight_after_last_group(sass: list[str]) -> list[str]:
+    """The instructions between the listing's last QGMMA (the wave issued ahead, where there is one) and the first
+    wgmma wait after it."""
+    last = max(i for i, text in enumerate(sass) if text.startswith("QGMMA"))
+    after = sass[last + 1:]
+    return after[:next(i for i, text in enumerate(after) if text.startswith("WARPGROUP.DEPBAR"))]
+
+
+@pytest.mark.parametrize("after_writes", [False, True], ids=["before the epilogue", "after its shared writes"])
 @pytest.mark.parametrize("m, n, k", [(4096, 24576, 1536), (4096, 2112, 7168)])
-def test_the_wave_stays_in_flight_through_the_epilogue(m, n, k):
-    """ptxas completes wgmmas in flight before a bulk wait_group and before a branch only some threads take (the
-    store thread's), so the epilogue drains the previous stores before the wave is issued and its stores wait until
-    the wave has been waited for. What this asserts: the last QGMMA group of the listing (the one issued ahead) is
-    followed by the epilogue's stmatrix and barrier and the next tile's B-scale load before any wgmma wait."""
-    config = choose_config(m, n, k, H100).replace(overlap_epilogue=True, d_buffer=None)
-    sass = _sass(config, n, k)
-    last_group = max(i for i, text in enumerate(sass) if text.startswith("QGMMA"))
-    after = sass[last_group + 1:]
-    first_wait = next(i for i, text in enumerate(after) if text.startswith("WARPGROUP.DEPBAR"))
-    assert any(text.startswith("STSM") for text in after[:first_wait]), "the epilogue ran after the wave's wait"
-    assert sum(text.startswith("BAR.SYNC") for text in after[:first_wait]) >= 1
-    # the wait that follows is the loop exit's (the walk's last tile), reached only past the loop's back edge
-    assert any("BRA" in text for text in after[:first_wait])
+def test_the_wave_stays_in_flight_through_the_epilogue(m, n, k, after_writes):
+    """ptxas completes the wgmmas in flight before a bulk wait_group (so the epilogue drains the previous stores
+    before the wave is issued) and on the loop's exit path (so the walk's last tile waits there itself). What this
+    asserts: after the wave issued ahead the epilogue's TMA stores (and, issued before the epilogue, its stmatrix)
+    run before any wgmma wait, while production's last wgmma group is waited for before its epilogue starts."""
+    config = choose_config(m, n, k, H100).replace(d_buffer=None)
+    production = _in_flight_after_last_group(_sass(config, n, k))
+    assert not any(text.startswith(("STSM", "UTMASTG")) for text in production), production
+    overlapped = _in_flight_after_last_group(
+        _sass(config.replace(overlap_epilogue=True, overlap_after_writes=after_writes), n, k))
+    assert any(text.startswith("UTMASTG") for text in overlapped), overlapped
+    assert after_writes or any(text.startswith("STSM") for text in overlapped), overlapped
 
 
 def test_off_leaves_the_kernel_unchanged():
-    config = KernelConfig(stages=3, block_m=256, block_n=128)
-    assert generate(config, 4096, 1536) == generate(config.replace(overlap_epilogue=False), 4096, 1536)
+    """Production's PTX is pinned by tests/test_ptx_identity.py; here: none of the overlap's registers appear."""
+    ptx = generate(KernelConfig(stages=3, block_m=256, block_n=128), 4096, 1536)
+    assert "p_pre_issued" not in ptx and "sa_pre" not in ptx
 
 
 @pytest.mark.parametrize("fields, words", [

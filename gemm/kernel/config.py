@@ -162,7 +162,7 @@ class KernelConfig:
     # persistent dense walk: where this CTA has a next tile, the math warpgroups wait for its first stage and issue
     # its first wave of wgmmas before this tile's epilogue, so the tensor cores run under the epilogue and the next
     # tile's start (B scales, zeroed totals) instead of idling there; that K block then skips its wait and its
-    # first wave's issue, and the epilogue's TMA stores wait until that wave has been waited for
+    # first wave's issue
     overlap_epilogue: bool = False
     # with overlap_epilogue: the wave is issued after the epilogue has written the tile to shared memory (the stage
     # has had that long to land) instead of before the epilogue; it still runs under the fence, the barriers and
@@ -305,7 +305,7 @@ class KernelConfig:
                              "before this tile's epilogue: it needs persistent=True, gemm_type='normal', swap_ab=False, "
                              "producer='warpgroup', accumulators=1, early_poll=True (its test says the stage has "
                              "landed), b_scales='128x128', epilogue='tma' with the whole tile in one pass "
-                             "(d_buffer=None: its stores wait for the wgmmas), and constant_stages and "
+                             "(d_buffer=None: a later pass's wait for the stores would complete the wave), and constant_stages and "
                              "prefetch_b_scales off")
         if self.overlap_after_writes and not self.overlap_epilogue:
             raise ValueError("overlap_after_writes=True says where overlap_epilogue issues the next tile's first wave: "

@@ -17,6 +17,8 @@
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from gemm.kernel.config import KernelConfig, SharedPlan, tma_store_box_columns
 from gemm.kernel.math_warpgroups import MathWarpgroups
 from ptx.builder import KernelBuilder
@@ -191,22 +193,20 @@ class TmaEpilogue:
 
     def drain(self) -> None:
         """The store thread waits until the stores issued so far have read the buffer: what :meth:`store`'s first
-        pass does unless told it is done. A K loop that keeps wgmmas in flight across the epilogue
-        (KernelConfig.overlap_epilogue) drains before it issues them, since ptxas completes every wgmma group in
-        flight before a ``cp.async.bulk.wait_group``."""
+        pass does unless told it is done. ptxas completes every wgmma group in flight before a
+        ``cp.async.bulk.wait_group``, so a K loop that keeps wgmmas in flight across the epilogue
+        (KernelConfig.overlap_epilogue) drains before it issues them."""
         self.b.emit(f"@{self.store_thread} {bulk_copies.bulk_wait_group(0, read_only=True)}")
 
     def store(self, m0: str, n0: str, bound: str | None = None, drained: bool = False,
-              deferred: bool = False, after_writes=None) -> None:
+              after_writes: Callable[[], None] | None = None) -> None:
         """The tile's totals to D[m0.., n0..]. ``bound`` (a register, for the masked grouped GEMM): D rows at or
         past it must stay untouched, which the TMA store cannot promise (it clips at the tensor's edges only), so
         a pass whose rows reach past ``bound`` is copied out of the shared buffer by the math threads with
         row-masked ``st.global`` instead (:meth:`_copy_rows_below`); passes of rows all below it use TMA.
         ``drained``: the caller ran :meth:`drain` since the last stores, so the first pass only synchronizes.
-        ``deferred`` (one pass only): the TMA stores are not issued here but by :meth:`issue_deferred` later, once
-        no wgmma is in flight (KernelConfig.overlap_epilogue: ptxas completes every wgmma in flight before the
-        store thread's branch to the stores). ``after_writes()`` (one pass only) emits what follows the threads'
-        shared writes, before the fence that hands them to the TMA unit."""
+        ``after_writes()`` (one pass only) emits what follows the threads' shared writes, before the fence that hands
+        them to the TMA unit."""
         b, e, c = self.b, self.b.emit, self.plan.config
         waves = list(enumerate(self.math.totals))
         row_passes, col_passes = c.block_m // self.buffer_rows, c.block_n // self.buffer_cols
@@ -226,18 +226,10 @@ class TmaEpilogue:
                         raise ValueError("after_writes runs after the whole tile's shared writes: one pass only")
                     after_writes()
                 e(barriers.fence_proxy_async(), math_barrier(c))  # every warp's shared writes visible to the TMA unit
-                if deferred:
-                    if row_passes * col_passes != 1 or bound is not None:
-                        raise ValueError("deferred TMA stores need the whole tile in one pass, unbounded")
-                elif bound is None:
+                if bound is None:
                     self._issue_stores(m0, n0, row_pass * self.buffer_rows, col_pass * self.buffer_cols)
                 else:
                     self._bounded_stores(m0, n0, row_pass * self.buffer_rows, col_pass * self.buffer_cols, bound)
-
-    def issue_deferred(self, m0: str, n0: str) -> None:
-        """The TMA stores of a tile whose :meth:`store` ran with ``deferred`` set: the buffer was written and fenced
-        there, and nothing writes it again before the next :meth:`drain`."""
-        self._issue_stores(m0, n0, 0, 0)
 
     def _bounded_stores(self, m0: str, n0: str, row0: int, col0: int, bound: str) -> None:
         """TMA stores when the buffer's rows all lie below ``bound`` (uniform across the CTA), else the masked copy."""

@@ -204,9 +204,6 @@ class _Kernel:
         if c.overlap_epilogue:  # one flag and one early-poll result for every K loop variant of the walk
             self.pre_issued, self.full_known = PreIssued(b), r("pred", "p_full_known")
             e(f"setp.ne.u32 {self.pre_issued.flag}, {self.tid}, {self.tid};")  # the first tile: nothing issued
-            # the tile whose TMA stores wait for the next wgmma wait (issue_deferred_stores), and whether there is one
-            self.pending = (r("u32", "m0_pending"), r("u32", "n0_pending"), r("pred", "p_stores_pending"), epilogue)
-            e(f"setp.ne.u32 {self.pending[2]}, {self.tid}, {self.tid};")
         fetched = None
         if c.prefetch_b_scales:  # the next tile's B scales, fetched into registers before this tile's epilogue
             fetched = ([r("f32", "sb_next") for _ in self._b_scale_chunks()], r("pred", "p_sb_fetched"))
@@ -243,7 +240,7 @@ class _Kernel:
                 e(f"mov.pred {fetched[1]}, {more};", f"@!{more} bra {skip};")
                 self.fetch_b_scales(scheduler.coords(following)[1], fetched[0])
                 b.place(skip)
-            drained = self.pre_issued is not None and isinstance(epilogue, TmaEpilogue)
+            drained = self.pre_issued is not None  # a TMA epilogue of one pass (KernelConfig.overlap_epilogue)
             if drained:  # before the wgmmas below: ptxas completes them at a bulk wait_group
                 epilogue.drain()
             def issue_next():
@@ -257,15 +254,11 @@ class _Kernel:
             if scheduler.row_bound is not None:  # masked: rows g*M_max + m0.., stored below the group's count
                 epilogue.store(scheduler.a_row, n0, scheduler.row_bound)
             elif drained:
-                epilogue.store(m0, n0, drained=True, deferred=True,
-                               after_writes=issue_next if c.overlap_after_writes else None)
-                e(f"mov.u32 {self.pending[0]}, {m0};", f"mov.u32 {self.pending[1]}, {n0};",
-                  f"setp.eq.u32 {self.pending[2]}, {self.tid}, {self.tid};")
+                epilogue.store(m0, n0, drained=True, after_writes=issue_next if c.overlap_after_writes else None)
             else:
                 epilogue.store(m0, n0)
-        if self.pre_issued is not None:  # the walk's last tile: no K block after it. It issued nothing ahead, but
-            e(w.wgmma_wait_group(0))  # ptxas cannot tell, and would otherwise complete the wgmmas on every path here
-            self.issue_deferred_stores()
+        if self.pre_issued is not None:  # the walk's last tile issued nothing ahead, but ptxas cannot tell: without
+            e(w.wgmma_wait_group(0))  # this wait on the exit path it completes the wave before the loop's exit test
         epilogue.finish()
         if given:  # rank 0 completes the second phase it arrived on after reading its peers, then exits
             e(barriers.cluster_wait())
@@ -396,22 +389,11 @@ class _Kernel:
         ahead = self.pre_issued if assign or not self.config.first_block_assigns else None
         math.k_block(slot.a_tile, slot.b_tile, slot.sa_tile, self.b_scale_operand(slot, sb_values, former),
                      release=release_and_test_next if full_known is not None else release, former_groups=former,
-                     assign=assign, pre_issued=ahead,
-                     after_first_wait=self.issue_deferred_stores if ahead is not None else None)
+                     assign=assign, pre_issued=ahead)
         if ahead is not None:  # only a tile's first K block can have been issued ahead
             e(f"setp.ne.u32 {ahead.flag}, {kb}, {kb};")
         if full_known is None:
             self.ring.advance(c_stage, c_parity)
-
-    def issue_deferred_stores(self) -> None:
-        """The previous tile's TMA stores, deferred by its epilogue, once this K block's first wave has been waited
-        for (or after the walk's last tile): no wgmma is then in flight across the store thread's branch."""
-        m0, n0, pending, epilogue = self.pending
-        skip = self.b.label("no_deferred_stores")
-        self.b.emit(f"@!{pending} bra {skip};")
-        epilogue.issue_deferred(m0, n0)
-        self.b.emit(f"setp.ne.u32 {pending}, {self.tid}, {self.tid};")
-        self.b.place(skip)
 
     def issue_next_first_wave(self, math: MathWarpgroups, scheduler: TileScheduler, c_stage: str,
                               c_parity: str) -> None:

@@ -205,8 +205,7 @@ class MathWarpgroups:
     # -- one K block ---------------------------------------------------------------------------------
     def k_block(self, a_tile: str, b_tile: str, sa_tile: str, sb_value: str | tuple[str, str] | ColumnScales,
                 release: Callable[[], None] | None = None, former_groups: int | None = None,
-                assign: bool = False, pre_issued: "PreIssued | None" = None,
-                after_first_wait: Callable[[], None] | None = None) -> None:
+                assign: bool = False, pre_issued: "PreIssued | None" = None) -> None:
         """Multiply this stage's tiles (u32 shared addresses, 1024-aligned) and promote into the totals;
         ``release()`` emits the stage's release between the wgmma wait and the promotion.
 
@@ -216,8 +215,7 @@ class MathWarpgroups:
         (:meth:`_swapped_k_block`). ``assign``: the tile's first K block, whose promotion writes the totals instead of
         adding to them (KernelConfig.first_block_assigns: no zeroing before it). ``pre_issued``
         (KernelConfig.overlap_epilogue): where its predicate is set, wave 0's wgmmas were issued before the previous
-        tile's epilogue (:meth:`issue_first_wave`, its A scales in the same registers), so only the wait remains;
-        ``after_first_wait()`` emits what must wait until no wgmma is in flight (that epilogue's deferred stores)."""
+        tile's epilogue (:meth:`issue_first_wave`, its A scales in the same registers), so only the wait remains."""
         if self.swap_ab:
             return self._swapped_k_block(a_tile, b_tile, sa_tile, sb_value, release, assign)
         e = self.b.emit
@@ -240,8 +238,6 @@ class MathWarpgroups:
                 self._promote_by_column(total, sa_lo, sa_hi, column_scales, assign)
                 continue
             e(w.wgmma_wait_group(0))
-            if wave == 0 and after_first_wait is not None:
-                after_first_wait()
             if release is not None and wave == self.waves - 1:
                 release()
             self._promote(total, self.acc, sa_lo, sa_hi, sb_value, former_groups, assign)

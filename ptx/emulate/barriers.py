@@ -11,7 +11,7 @@ threads can complete it).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,8 @@ class Barrier:
     pending: int
     tx: int = 0
     phase: int = 0  # completed phases
+    # (warpgroup, warp) -> completed phases that warp has seen (ptx.emulate.warpgroup: a test_wait may see one late)
+    seen: dict = field(default_factory=dict)
 
     def arrive(self, times: int = 1):
         self.pending -= times

@@ -42,11 +42,13 @@ class Warpgroup(AsyncProxy, CTA):
         self.pc, self.active, self.parked = 0, np.ones(threads, bool), []  # parked: [(label pc, mask)]
         self.done, self.wait, self.yield_now = False, None, False
         self.wgmma_open, self.wgmma_groups, self.in_flight = [], [], {}  # in_flight: accumulator -> wgmma line
-        self.observed = {}  # (barrier address, warp) -> the barrier's completed phases that warp has seen
+        self.synced = False  # a bar.sync / cluster wait passed: what any warp saw before it, every warp now sees
 
     # -- control flow ---------------------------------------------------------------------------------------
     def advance(self):
         """Run until the warpgroup blocks (``self.wait``), yields or finishes (``self.done``)."""
+        if self.synced:  # resumed past a barrier it waited at
+            self._see_everything()
         code = self.program.code
         while True:
             if not self.active.any():
@@ -204,6 +206,9 @@ class Warpgroup(AsyncProxy, CTA):
             self.yield_now = self.cta.preempt
         elif self.cta.named.barriers[barrier_id].generation == generation:
             self.wait = NamedWait(self.cta.named, barrier_id, generation)
+            self.synced = True
+        else:
+            self._see_everything()
 
     def cluster_barrier(self, parts, mask):
         """barrier.cluster.arrive{.release,.relaxed}{.aligned} / barrier.cluster.wait{.acquire}{.aligned}."""
@@ -225,6 +230,9 @@ class Warpgroup(AsyncProxy, CTA):
         generation = barrier.wait(self.cta.rank, threads)
         if barrier.poll() <= generation:
             self.wait = ClusterWait(barrier, generation)
+            self.synced = True
+        else:
+            self._see_everything()
 
     def mapa(self, parts, ops, mask):
         """mapa.shared::cluster.u32 d, a, rank: the address of the same shared variable in CTA ``rank``
@@ -325,20 +333,32 @@ class Warpgroup(AsyncProxy, CTA):
     def _seen_by_warps(self, result, mask, address: int, barrier: Barrier, late: bool):
         """What each warp's wait reports of a completed phase. Warps of one warpgroup poll at different times on the
         GPU, so under a seeded schedule a non-blocking ``test_wait`` may report a phase incomplete to a warp that
-        has not yet seen it complete (it tested earlier), each warp by its own coin; once a warp has seen it, it
-        keeps seeing it. So a choice made from the poll may differ between the warps of a warpgroup, and a
-        collective made to depend on it (wgmma) shows up here executed by part of one."""
+        has not yet seen it complete (it tested earlier), each warp by its own coin; once a warp has seen it, or
+        passed a barrier after another warp saw it (:meth:`_see_everything`), it keeps seeing it. So a choice made
+        from the poll may differ between the warps of a warpgroup, and a collective made to depend on it (wgmma)
+        shows up here executed by part of one. Reporting a completed phase complete is always sound; only the lag
+        needs these records, which live on the barrier (a re-initialised one starts without them)."""
         rng = self.cta.rng
         for warp in np.unique(np.flatnonzero(mask) // 32):
             lanes = mask & (np.arange(self.n) // 32 == warp)
             if not result[lanes].any():
                 continue
-            key = (address, int(warp))
-            if late and rng is not None and self.observed.get(key, 0) < barrier.phase and rng.random() < 0.5:
+            key = (self.index, int(warp))
+            if late and rng is not None and barrier.seen.get(key, 0) < barrier.phase and rng.random() < 0.5:
                 result[lanes] = False
             else:
-                self.observed[key] = max(self.observed.get(key, 0), barrier.phase)
+                barrier.seen[key] = max(barrier.seen.get(key, 0), barrier.phase)
         return result
+
+    def _see_everything(self):
+        """Past a bar.sync or a cluster wait, every warp of this warpgroup sees every phase completed by now: that
+        includes whatever any warp saw before the barrier (seeing more than that is sound: those phases did
+        complete)."""
+        self.synced = False
+        warps = range((self.n + 31) // 32)
+        for barrier in self.cta.barriers.values():
+            for warp in warps:
+                barrier.seen[(self.index, warp)] = barrier.phase
 
 
 __all__ = ["Warpgroup"]
