@@ -162,3 +162,19 @@ def test_the_ncu_graph_target_names_a_wrong_flush():
     done = subprocess.run([sys.executable, "-m", "gemm.testing.sanitize", "--graph", "1", "256", "128", "dirty"],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr and "memset, clean" in done.stderr, done.stderr
+
+
+def test_configs_are_timed_in_a_palindrome_after_untimed_warmup_passes():
+    """bench configs' rounds (gemm.testing.bench_configs.best_of_rounds): the warm-up passes run every config once,
+    untimed, and their (cool-GPU) times never count; then the palindrome, best kept."""
+    from types import SimpleNamespace
+
+    from gemm.testing.bench_configs import best_of_rounds
+    log, times = [], {"a": iter([50.0, 100.0, 90.0]), "b": iter([60.0, 95.0, 97.0])}
+
+    def timer(launch):
+        log.append(launch)
+        return SimpleNamespace(median_us=next(times[launch]))
+    best = best_of_rounds({"a": "a", "b": "b"}, timer, rounds=2, warmup=1)
+    assert log == ["a", "b", "a", "b", "b", "a"]
+    assert best == {"a": 90.0, "b": 95.0}

@@ -78,12 +78,27 @@ def parse_config(text: str, m: int, n: int, k: int):
     return overridden(choose_config(m, n, k, allow_swap_ab=False))
 
 
+def best_of_rounds(launches: dict, timer, rounds: int, warmup: int = 0) -> dict[str, float]:
+    """Each launch's best median over ``rounds`` rounds, the launches in order, then in reverse, ... (the clock
+    drifts with heat: the palindrome shares the drift out), after ``warmup`` untimed passes over them all: a GPU left
+    idle by the checks and compiles runs its first kernels at a higher clock, which a best-of credits to whichever
+    launch is timed first."""
+    names = list(launches)
+    for _ in range(warmup):
+        for name in names:
+            timer(launches[name])
+    best: dict[str, float] = {}
+    for round_index in range(rounds):
+        for name in (names if round_index % 2 == 0 else names[::-1]):
+            best[name] = min(best.get(name, float("inf")), timer(launches[name]).median_us)
+    return best
+
+
 def time_configs(m: int, n: int, k: int, configs: dict, rng=None, *, timer=bench_kernel,
-                 rounds: int = 1) -> list[dict]:
+                 rounds: int = 1, warmup: int = 0) -> list[dict]:
     """Check (NaN-poisoned, float64 reference) then time each named KernelConfig on one problem: the
     ablation tables and heuristic checks (``python -m gemm bench configs``; ``python -m lessons ablate`` for a stage's).
-    ``rounds`` > 1 times the configs in order, then in reverse, ... and keeps each one's best (the clock drifts
-    with heat: the palindrome shares the drift out)."""
+    ``rounds`` and ``warmup``: :func:`best_of_rounds`."""
     from gemm.api import gemm
     rng = rng or np.random.default_rng()
     host = random_problem(m, n, k, rng)
@@ -97,14 +112,8 @@ def time_configs(m: int, n: int, k: int, configs: dict, rng=None, *, timer=bench
         launches[name] = lambda stream, run=run: run(problem.a, problem.sa, problem.b, problem.sb, problem.d, stream)
         rows[name] = {"name": name, "config": config.describe(), "diff": check["diff"],
                       "status": "ok" if check["correct"] else "WRONG"}
-    names = list(configs)
-    for round_index in range(rounds):
-        for name in (names if round_index % 2 == 0 else names[::-1]):
-            median = timer(launches[name]).median_us
-            row = rows[name]
-            if median < row.get("time_us", float("inf")):
-                row.update(time_us=median, tflops=flops(m, n, k) / median / 1e6,
-                           gbps=gemm_bytes(m, n, k) / median / 1e3)
+    for name, median in best_of_rounds(launches, timer, rounds, warmup).items():
+        rows[name].update(time_us=median, tflops=flops(m, n, k) / median / 1e6, gbps=gemm_bytes(m, n, k) / median / 1e3)
     return list(rows.values())
 
 
@@ -121,6 +130,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="write the rows here")
     parser.add_argument("--rounds", type=int, default=1,
                         help="time the configs in order, then reversed, ... this many times; keep each one's best")
+    parser.add_argument("--warmup", type=int, default=0, metavar="PASSES",
+                        help="untimed passes over the configs before the rounds (the first kernels after the checks "
+                             "run on a cool GPU)")
     parser.add_argument("--back-to-back", type=int, default=0, metavar="CALLS",
                         help="time CALLS calls back to back in one graph, no L2 flush (launch gaps, ramp-up and tail "
                              "included: the measure for pdl=True) instead of flushed single calls")
@@ -152,7 +164,7 @@ def run(args) -> int:
         configs, skipped = configs_for_shape(args.configs, m, n, k)
         timer = (functools.partial(bench_back_to_back, calls=args.back_to_back) if args.back_to_back
                  else functools.partial(bench_kernel, flush=args.flush))
-        shape_rows = time_configs(m, n, k, configs, timer=timer, rounds=args.rounds) + skipped
+        shape_rows = time_configs(m, n, k, configs, timer=timer, rounds=args.rounds, warmup=args.warmup) + skipped
         timed = [r for r in shape_rows if "time_us" in r]
         for row in shape_rows:
             row.update(m=m, n=n, k=k)
@@ -163,6 +175,7 @@ def run(args) -> int:
         rows += shape_rows
     if args.json:
         options = ([f"--rounds={args.rounds}"] if args.rounds != 1 else []) + \
+            ([f"--warmup={args.warmup}"] if args.warmup else []) + \
             ([f"--back-to-back={args.back_to_back}"] if args.back_to_back else []) + \
             ([f"--flush={args.flush}"] if args.flush != "memset" else [])
         command = shlex.join(["python", "-m", "gemm", "bench", "configs", args.shapes, *args.configs, *options])
@@ -171,6 +184,8 @@ def run(args) -> int:
                   f"CUDA-graph replay of (256 MiB L2 flush: {args.flush}; call) pairs minus flushes only; median of 5")
         if args.rounds > 1:
             timing += f"; {args.rounds} rounds, configs in alternating order, best kept"
+        if args.warmup:
+            timing += f"; {args.warmup} untimed pass{'es' * (args.warmup > 1)} first"
         write_result(args.json, command=command, rows=rows, device=device_info(), configs=args.configs, timing=timing)
     return 0 if all(r["status"] == "ok" or r["status"].startswith("n/a") for r in rows) else 1
 
