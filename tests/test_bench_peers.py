@@ -178,3 +178,9 @@ def test_configs_are_timed_in_a_palindrome_after_untimed_warmup_passes():
     best = best_of_rounds({"a": "a", "b": "b"}, timer, rounds=2, warmup=1)
     assert log == ["a", "b", "a", "b", "b", "a"]
     assert best == {"a": 90.0, "b": 95.0}
+
+
+def test_every_bench_times_in_one_palindrome_order():
+    from gemm.testing.timer import palindrome
+    assert list(palindrome("abc", 3)) == list("abccbaabc")
+    assert list(palindrome(iter("ab"), 2)) == list("abba") and list(palindrome("ab", 0)) == []

@@ -207,7 +207,7 @@ class TmaEpilogue:
         ``drained``: the caller ran :meth:`drain` since the last stores, so the first pass only synchronizes.
         ``after_writes()`` (one pass only) emits what follows the threads' shared writes, before the fence that hands
         them to the TMA unit."""
-        b, e, c = self.b, self.b.emit, self.plan.config
+        e, c = self.b.emit, self.plan.config
         waves = list(enumerate(self.math.totals))
         row_passes, col_passes = c.block_m // self.buffer_rows, c.block_n // self.buffer_cols
         per_pass = len(waves) // row_passes

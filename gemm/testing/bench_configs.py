@@ -23,7 +23,7 @@ import numpy as np
 from gemm.testing.l2_flush import FLUSHES
 from gemm.testing.problems import checked_run, device_problem, flops, gemm_bytes, random_problem, reference_rows
 from gemm.testing.records import Column, device_info, format_table, write_result
-from gemm.testing.timer import bench_back_to_back, bench_kernel
+from gemm.testing.timer import bench_back_to_back, bench_kernel, palindrome
 
 
 def parse_fields(text: str) -> dict:
@@ -88,9 +88,8 @@ def best_of_rounds(launches: dict, timer, rounds: int, warmup: int = 0) -> dict[
         for name in names:
             timer(launches[name])
     best: dict[str, float] = {}
-    for round_index in range(rounds):
-        for name in (names if round_index % 2 == 0 else names[::-1]):
-            best[name] = min(best.get(name, float("inf")), timer(launches[name]).median_us)
+    for name in palindrome(names, rounds):
+        best[name] = min(best.get(name, float("inf")), timer(launches[name]).median_us)
     return best
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from gemm.testing.l2_flush import FLUSHES, VECTOR_BYTES, enqueue_read_pass
 from gemm.testing.problems import gemm_bytes
 from gemm.testing.records import Column, command_line, device_info, format_table, write_result
-from gemm.testing.timer import bench_kernel
+from gemm.testing.timer import bench_kernel, palindrome
 
 FLUSH_SHAPES = [(1, 7168, 2048), (16, 2112, 7168), (32, 4096, 7168), (64, 2112, 7168), (64, 7168, 16384),
                 (128, 7168, 16384), (4096, 4096, 7168)]
@@ -54,13 +54,12 @@ def flush_row(m: int, n: int, k: int, rng, rounds: int) -> dict:
         contenders.append((f"floor/{flush}", lambda timer=timer: {"time_us": timer(floor).median_us, "status": "ok"}))
     best, config_text = {}, None
     try:
-        for round_index in range(rounds):
-            for name, timed in (contenders if round_index % 2 == 0 else contenders[::-1]):
-                result = timed()
-                if result["status"] != "ok":
-                    raise RuntimeError(f"{m}x{n}x{k} {name}: {result['status']} (diff {result.get('diff')})")
-                config_text = result.get("config", config_text)
-                best[name] = min(best.get(name, float("inf")), result["time_us"])
+        for name, timed in palindrome(contenders, rounds):
+            result = timed()
+            if result["status"] != "ok":
+                raise RuntimeError(f"{m}x{n}x{k} {name}: {result['status']} (diff {result.get('diff')})")
+            config_text = result.get("config", config_text)
+            best[name] = min(best.get(name, float("inf")), result["time_us"])
     finally:
         _check(_driver().cuMemFree(buffer))
     byte_count = gemm_bytes(m, n, k)

@@ -19,7 +19,7 @@ from gemm.testing.bench_dense import measure_shape
 from gemm.testing.problems import (Reference, check_rows, masked_capacity, flops, grouped_inputs, poison_torch, reference_gemm,
                                    torch_output_parts)
 from gemm.testing.records import Column, command_line, device_info, format_table, write_result
-from gemm.testing.timer import bench_kernel
+from gemm.testing.timer import bench_kernel, palindrome
 
 
 # DeepGEMM's grouped test shapes: (groups, M per group, N, K); masked with every row in use (masked_m = M).
@@ -215,13 +215,12 @@ def beside_bench(fields: str, shapes: list[tuple], rounds: int, flush: str, out:
         production = choose_grouped_config(layout, groups * m if layout == "contiguous" else m, n, k, groups)
         configs = {"production": production, f"production:{fields}": production.replace(**changes)}
         best: dict[str, dict] = {}
-        for round_index in range(rounds):
-            for name in (list(configs) if round_index % 2 == 0 else list(configs)[::-1]):
-                row = measure_grouped(layout, groups, m, n, k, rng, timer=timer, config=configs[name])
-                rank = (row.get("status") != "ok", row.get("ours_us", float("inf")))  # a wrong round never wins
-                if name not in best or rank < (best[name].get("status") != "ok",
-                                               best[name].get("ours_us", float("inf"))):
-                    best[name] = {**row, "name": name, "config": configs[name].describe()}
+        for name in palindrome(configs, rounds):
+            row = measure_grouped(layout, groups, m, n, k, rng, timer=timer, config=configs[name])
+            rank = (row.get("status") != "ok", row.get("ours_us", float("inf")))  # a wrong round never wins
+            if name not in best or rank < (best[name].get("status") != "ok",
+                                           best[name].get("ours_us", float("inf"))):
+                best[name] = {**row, "name": name, "config": configs[name].describe()}
         if best["production"].get("ours_us") and best[f"production:{fields}"].get("ours_us"):
             best[f"production:{fields}"]["vs_production"] = best["production"]["ours_us"] / \
                 best[f"production:{fields}"]["ours_us"]

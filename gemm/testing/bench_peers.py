@@ -31,7 +31,7 @@ from gemm.testing.peers import CublasBlockwise
 from gemm.testing.problems import (TorchProblem, check_rows, flops, gemm_bytes, poison_torch, random_problem,
                                    reference_rows, torch_output_parts)
 from gemm.testing.records import Column, command_line, device_info, format_table, write_result
-from gemm.testing.timer import bench_kernel
+from gemm.testing.timer import bench_kernel, palindrome
 
 OURS, CUBLAS = "ours", "cublas"
 LABELS = {CUBLAS: "cuBLAS"}  # column and legend names; a DeepGEMM tree's is the name it was given
@@ -88,13 +88,12 @@ def run_contenders(row: dict, make: list[tuple[str, Callable[[], Contender]]], f
         except Exception as error:  # a row field: the run goes on
             errors[name] = f"{type(error).__name__}: {error}"
     best: dict[str, float] = {}
-    for round_index in range(rounds):
-        for contender in (contenders if round_index % 2 == 0 else contenders[::-1]):
-            try:
-                median = contender.time()["median_us"]
-                best[contender.name] = min(best.get(contender.name, math.inf), median)
-            except Exception as error:
-                errors[contender.name] = f"{type(error).__name__}: {error}"
+    for contender in palindrome(contenders, rounds):
+        try:
+            median = contender.time()["median_us"]
+            best[contender.name] = min(best.get(contender.name, math.inf), median)
+        except Exception as error:
+            errors[contender.name] = f"{type(error).__name__}: {error}"
     row["us"] = best
     row["tflops"] = {name: flop_count / us / 1e6 for name, us in best.items()}
     row["gbs"] = {name: byte_count / us / 1e3 for name, us in best.items()}

@@ -52,6 +52,14 @@ class Timing:
 
 # ---------------------------------------------------------------------------------------------- driver
 
+def palindrome(items, rounds: int):
+    """``items`` in order, then reversed, then in order, ... ``rounds`` times over: the order every bench times its
+    contenders in, so that the clock's drift with heat is shared out between them rather than charged to one."""
+    items = list(items)
+    for round_index in range(rounds):
+        yield from (items if round_index % 2 == 0 else items[::-1])
+
+
 def _driver():
     from cuda.bindings import driver
     return driver
