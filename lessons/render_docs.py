@@ -77,8 +77,8 @@ def bench_block(result: dict, png: Path | None, doc_dir: Path) -> str:
     summary and the host time per call."""
     from gemm.testing.bench_peers import columns, contender_names, describe_summary, table_rows
     names = contender_names(result["rows"])
-    lines = [describe_device(result), "", format_table(columns(names), table_rows(result["rows"], names),
-                                                       markdown=True)]
+    table = format_table(columns(names, result["rows"]), table_rows(result["rows"], names), markdown=True)
+    lines = [describe_device(result), "", table]
     if result.get("summary"):
         lines += ["", describe_summary(result["summary"]) + "."]
     overhead = result.get("host_overhead")
@@ -131,9 +131,20 @@ def sweep_block(result: dict) -> str:
     for m, n, k in shapes:
         rows = [by.get((m, n, k, name), {}) for name in names]
         tflops = [f"{r['tflops']:.0f}" if r else "-" for r in rows]
-        ratios = [f"{r['vs_first']:.2f}x" if r else "-" for r in rows[1:]]
+        ratios = [_vs_first(r) for r in rows[1:]]
         lines.append(f"| {m} | {n} | {k} | " + " | ".join(tflops) + " | " + " | ".join(ratios) + " |")
     return "\n".join(lines)
+
+
+def _vs_first(row: dict) -> str:
+    """A config's speed against the first: round by round (median, low-high) where the sweep kept its rounds,
+    else the ratio of the two bests."""
+    if not row:
+        return "-"
+    paired = row.get("vs_first_paired")
+    if paired:
+        return f"{paired['median']:.3f}x ({paired['low']:.3f}-{paired['high']:.3f})"
+    return f"{row['vs_first']:.2f}x"
 
 
 def _relative(path: Path, start: Path) -> str:
@@ -302,7 +313,8 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
                   results / "uniform_offsets.json", results / "pdl_clean_flush.json", results / "early_poll.json",
                   results / "early_poll_reversed.json", results / "sweep_l2_eviction_memset.json",
                   results / "sweep_l2_eviction_clean.json", results / "sweep_overlap_epilogue.json",
-                  results / "sweep_overlap_peeled_recheck.json"):
+                  results / "sweep_overlap_peeled_recheck.json", results / "sweep_aa_paired.json",
+                  results / "sweep_overlap_paired.json", results / "sweep_even_waves_paired.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))
     other_ladders = sorted(results.glob("ladder_*x*x*.json"))  # runs at a stage's own shape (ladder_file)

@@ -113,6 +113,35 @@ def test_contenders_are_timed_in_a_palindrome_and_the_best_kept():
     assert row["gbs"]["ours"] == pytest.approx(1e9 / 90e-6 / 1e9)
     assert row["ours_vs_best_deepgemm"] == pytest.approx(80 / 90) and row["ours_vs_cublas"] == pytest.approx(120 / 90)
     assert row["status"] == "ok" and "errors" not in row
+    # round by round: dg-b's 80 us came in the round where ours took 90; in the round before, 110 against 100
+    assert row["round_us"]["dg-b"] == [110.0, 80.0]
+    assert row["ours_paired"]["dg-b"] == {"median": pytest.approx((1.1 + 80 / 90) / 2), "low": pytest.approx(80 / 90),
+                                          "high": pytest.approx(1.1), "rounds": 2}
+    assert row["ours_vs_best_deepgemm_paired"] == pytest.approx(min((1.1 + 80 / 90) / 2, (0.95 + 99 / 90) / 2))
+    assert "ours_vs_best_deepgemm_paired" in bench_peers.summarize([row])
+
+
+def test_the_untimed_warmup_pass_never_counts():
+    """The contender timed first after the checks runs on a GPU they left idle: at 4096 x 4096 x 7168 on an H200
+    ours took 163.8 us in the first round and 171-174 in the next three (results/gemm_bench_h200_no_warmup.json).
+    A warm-up pass times every contender once and throws the times away."""
+    log = []
+    row = bench_peers.run_contenders({"M": 1, "N": 2, "K": 3},
+                                     [_contender("ours", [50.0, 100.0, 90.0], log),
+                                      _contender("dg", [60.0, 95.0, 97.0], log)], 1, 1, rounds=2, warmup=1)
+    assert log == ["ours", "dg", "ours", "dg", "dg", "ours"]
+    assert row["us"] == {"ours": 90.0, "dg": 95.0} and row["round_us"] == {"ours": [100.0, 90.0], "dg": [95.0, 97.0]}
+
+
+def test_paired_speeds_compare_within_each_round_and_skip_failed_rounds():
+    """One kernel timed under two names drifts with the clock the same way in each round: the paired ratio is 1.0
+    however far the rounds drift, where the two bests may differ (the luckier round wins)."""
+    from gemm.testing.timer import paired_speeds
+    times = {"a": [100.0, 110.0, 96.0, 120.0], "b": [100.0, 110.0, None, 120.0], "c": [50.0, 55.0, 48.0, 60.0]}
+    speeds = paired_speeds(times, "a")
+    assert speeds["b"] == {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": 3}
+    assert speeds["c"]["median"] == pytest.approx(2.0) and speeds["c"]["rounds"] == 4
+    assert paired_speeds({"a": [1.0], "b": [None]}, "a") == {}
 
 
 def test_a_failing_contender_is_a_row_field_and_ours_failing_is_the_status():
@@ -141,8 +170,11 @@ def test_summary_table_and_chart(tmp_path):
     names = bench_peers.contender_names(rows)
     assert names == ["ours", "cublas", "dg"]
     from gemm.testing.records import format_table
-    text = format_table(bench_peers.columns(names), bench_peers.table_rows(rows, names))
-    assert "masked 2x512x4096x7168" in text and "1.07x" in text and "failed" in text
+    text = format_table(bench_peers.columns(names, rows), bench_peers.table_rows(rows, names))
+    assert "masked 2x512x4096x7168" in text and "1.07x" in text and "failed" in text and "paired" not in text
+    rows[0]["ours_vs_best_deepgemm_paired"] = 1.0123
+    text = format_table(bench_peers.columns(names, rows), bench_peers.table_rows(rows, names))
+    assert "paired" in text and "1.012" in text
     pytest.importorskip("matplotlib")
     bench_peers.plot(rows, tmp_path / "bench.png", title="test")
     assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
@@ -165,22 +197,35 @@ def test_the_ncu_graph_target_names_a_wrong_flush():
 
 
 def test_configs_are_timed_in_a_palindrome_after_untimed_warmup_passes():
-    """bench configs' rounds (gemm.testing.bench_configs.best_of_rounds): the warm-up passes run every config once,
-    untimed, and their (cool-GPU) times never count; then the palindrome, best kept."""
+    """bench configs' rounds (gemm.testing.bench_configs.timed_rounds): the warm-up passes run every config once,
+    untimed, and their (cool-GPU) times never count; then the palindrome, every round's time kept."""
     from types import SimpleNamespace
 
-    from gemm.testing.bench_configs import best_of_rounds
+    from gemm.testing.bench_configs import timed_rounds
     log, times = [], {"a": iter([50.0, 100.0, 90.0]), "b": iter([60.0, 95.0, 97.0])}
 
     def timer(launch):
         log.append(launch)
         return SimpleNamespace(median_us=next(times[launch]))
-    best = best_of_rounds({"a": "a", "b": "b"}, timer, rounds=2, warmup=1)
+    rounds = timed_rounds({"a": "a", "b": "b"}, timer, rounds=2, warmup=1)
     assert log == ["a", "b", "a", "b", "b", "a"]
-    assert best == {"a": 90.0, "b": 95.0}
+    assert rounds == {"a": [100.0, 90.0], "b": [95.0, 97.0]}
 
 
 def test_every_bench_times_in_one_palindrome_order():
     from gemm.testing.timer import palindrome
     assert list(palindrome("abc", 3)) == list("abccbaabc")
     assert list(palindrome(iter("ab"), 2)) == list("abba") and list(palindrome("ab", 0)) == []
+
+
+def test_a_sweeps_paired_ratio_is_printed_and_drawn_with_its_range():
+    from gemm.testing.bench_configs import paired_text
+    from lessons.render_docs import sweep_block
+    speed = {"median": 1.0123, "low": 0.9981, "high": 1.0302, "rounds": 4}
+    assert paired_text(speed) == "1.012 (0.998-1.030)" and paired_text(None) is None
+    rows = [{"m": 1, "n": 2, "k": 3, "name": "a", "tflops": 10.0, "vs_first": 1.0},
+            {"m": 1, "n": 2, "k": 3, "name": "b", "tflops": 11.0, "vs_first": 1.1, "vs_first_paired": speed}]
+    result = {"configs": ["a", "b"], "rows": rows, "device": {}, "date": "today", "command": "python -m gemm ..."}
+    assert "1.012x (0.998-1.030)" in sweep_block(result)
+    del rows[1]["vs_first_paired"]
+    assert "1.10x" in sweep_block(result)

@@ -23,7 +23,7 @@ import numpy as np
 from gemm.testing.l2_flush import FLUSHES
 from gemm.testing.problems import checked_run, device_problem, flops, gemm_bytes, random_problem, reference_rows
 from gemm.testing.records import Column, device_info, format_table, write_result
-from gemm.testing.timer import bench_back_to_back, bench_kernel, palindrome
+from gemm.testing.timer import bench_back_to_back, bench_kernel, paired_speeds, palindrome
 
 
 def parse_fields(text: str) -> dict:
@@ -78,26 +78,28 @@ def parse_config(text: str, m: int, n: int, k: int):
     return overridden(choose_config(m, n, k, allow_swap_ab=False))
 
 
-def best_of_rounds(launches: dict, timer, rounds: int, warmup: int = 0) -> dict[str, float]:
-    """Each launch's best median over ``rounds`` rounds, the launches in order, then in reverse, ... (the clock
+def timed_rounds(launches: dict, timer, rounds: int, warmup: int = 0) -> dict[str, list[float]]:
+    """Each launch's median in each of ``rounds`` rounds, the launches in order, then in reverse, ... (the clock
     drifts with heat: the palindrome shares the drift out), after ``warmup`` untimed passes over them all: a GPU left
-    idle by the checks and compiles runs its first kernels at a higher clock, which a best-of credits to whichever
-    launch is timed first."""
+    idle by the checks and compiles runs its first kernels at a higher clock. The best of a launch's rounds is its
+    time; its ratio to the first launch round by round is :func:`gemm.testing.timer.paired_speeds`."""
     names = list(launches)
     for _ in range(warmup):
         for name in names:
             timer(launches[name])
-    best: dict[str, float] = {}
+    times: dict[str, list[float]] = {name: [] for name in names}
     for name in palindrome(names, rounds):
-        best[name] = min(best.get(name, float("inf")), timer(launches[name]).median_us)
-    return best
+        times[name].append(timer(launches[name]).median_us)
+    return times
 
 
 def time_configs(m: int, n: int, k: int, configs: dict, rng=None, *, timer=bench_kernel,
                  rounds: int = 1, warmup: int = 0) -> list[dict]:
     """Check (NaN-poisoned, float64 reference) then time each named KernelConfig on one problem: the
     ablation tables and heuristic checks (``python -m gemm bench configs``; ``python -m lessons ablate`` for a stage's).
-    ``rounds`` and ``warmup``: :func:`best_of_rounds`."""
+    ``rounds`` and ``warmup``: :func:`timed_rounds`; each timed row has its best (``time_us``), every round's time
+    (``round_us``) and, past the first config, its speed against the first, round by round (``vs_first_paired``:
+    median, low, high)."""
     from gemm.api import gemm
     rng = rng or np.random.default_rng()
     host = random_problem(m, n, k, rng)
@@ -111,8 +113,14 @@ def time_configs(m: int, n: int, k: int, configs: dict, rng=None, *, timer=bench
         launches[name] = lambda stream, run=run: run(problem.a, problem.sa, problem.b, problem.sb, problem.d, stream)
         rows[name] = {"name": name, "config": config.describe(), "diff": check["diff"],
                       "status": "ok" if check["correct"] else "WRONG"}
-    for name, median in best_of_rounds(launches, timer, rounds, warmup).items():
-        rows[name].update(time_us=median, tflops=flops(m, n, k) / median / 1e6, gbps=gemm_bytes(m, n, k) / median / 1e3)
+    times = timed_rounds(launches, timer, rounds, warmup)
+    for name, own in times.items():
+        median = min(own)
+        rows[name].update(time_us=median, round_us=own, tflops=flops(m, n, k) / median / 1e6,
+                          gbps=gemm_bytes(m, n, k) / median / 1e3)
+    if times:
+        for name, speed in paired_speeds(times, next(iter(times))).items():
+            rows[name]["vs_first_paired"] = speed
     return list(rows.values())
 
 
@@ -120,6 +128,13 @@ CONFIG_COLUMNS = [Column("name", "config name", align="left"), Column("config", 
                   Column("time_us", "time (us)", "{:.1f}"), Column("tflops", "TFLOP/s", "{:.0f}"),
                   Column("gbps", "GB/s", "{:.0f}"), Column("diff", "diff", "{:.1e}"),
                   Column("status", "status", align="left")]
+# bench configs' terminal table: each config's speed against the first, round by round (paired_text)
+SWEEP_COLUMNS = CONFIG_COLUMNS[:-2] + [Column("paired", "vs first, paired", align="left")] + CONFIG_COLUMNS[-2:]
+
+
+def paired_text(speed: dict | None) -> str | None:
+    """A ``vs_first_paired`` entry as "median (low-high)"."""
+    return None if not speed else f"{speed['median']:.3f} ({speed['low']:.3f}-{speed['high']:.3f})"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -170,7 +185,8 @@ def run(args) -> int:
             if timed and "time_us" in row:
                 row["vs_first"] = timed[0]["time_us"] / row["time_us"]
         print(f"M={m} N={n} K={k}")
-        print(format_table(CONFIG_COLUMNS, shape_rows), flush=True)
+        print(format_table(SWEEP_COLUMNS, [dict(row, paired=paired_text(row.get("vs_first_paired")))
+                                           for row in shape_rows]), flush=True)
         rows += shape_rows
     if args.json:
         options = ([f"--rounds={args.rounds}"] if args.rounds != 1 else []) + \
@@ -182,11 +198,13 @@ def run(args) -> int:
                   if args.back_to_back else
                   f"CUDA-graph replay of (256 MiB L2 flush: {args.flush}; call) pairs minus flushes only; median of 5")
         if args.rounds > 1:
-            timing += f"; {args.rounds} rounds, configs in alternating order, best kept"
+            timing += (f"; {args.rounds} rounds, configs in alternating order, best kept; vs_first_paired: the "
+                       "first config's time over each one's, round by round (median, low, high)")
         if args.warmup:
             timing += f"; {args.warmup} untimed pass{'es' * (args.warmup > 1)} first"
         write_result(args.json, command=command, rows=rows, device=device_info(), configs=args.configs, timing=timing)
     return 0 if all(r["status"] == "ok" or r["status"].startswith("n/a") for r in rows) else 1
 
 
-__all__ = ["parse_config", "configs_for_shape", "time_configs", "CONFIG_COLUMNS", "run"]
+__all__ = ["parse_config", "configs_for_shape", "time_configs", "timed_rounds", "paired_text", "CONFIG_COLUMNS",
+           "run"]

@@ -60,6 +60,23 @@ def palindrome(items, rounds: int):
         yield from (items if round_index % 2 == 0 else items[::-1])
 
 
+def paired_speeds(times: dict[str, list], reference: str) -> dict[str, dict]:
+    """Every other entry's speed against ``reference``, round by round: ``times[name][i]`` is its time in round i of
+    a :func:`palindrome`, so the ratio reference / name compares two kernels timed minutes apart at most, in one
+    thermal state. Returns ``{name: {"median", "low", "high", "rounds"}}`` over the rounds both have (``None`` marks
+    a round that failed). A best-of per contender compares each one's luckiest moment instead: one config under
+    two names, best of three rounds, differed by up to 4% on an H200 (``results/sweep_aa_warmup0.json``)."""
+    speeds = {}
+    for name, own in times.items():
+        if name == reference:
+            continue
+        ratios = sorted(r / t for r, t in zip(times[reference], own) if r is not None and t is not None)
+        if ratios:
+            speeds[name] = {"median": statistics.median(ratios), "low": ratios[0], "high": ratios[-1],
+                            "rounds": len(ratios)}
+    return speeds
+
+
 def _driver():
     from cuda.bindings import driver
     return driver
