@@ -308,6 +308,29 @@ def test_raster_shifts_leave_no_division_where_they_apply():
     assert before.count("div.u32") == 2 * after.count("div.u32") and after.count("rem.u32") == 0
 
 
+@pytest.mark.parametrize("seed", [None, 1, 2])
+def test_even_waves_walks_every_tile_with_the_fewer_ctas_on_the_emulator(seed, rng):
+    """Production's long-K persistent walks launch the fewest CTAs that take as many waves
+    (gemm.heuristics.EVEN_WAVES_MIN_K): 9 tiles on 4 SMs are 3 waves, so 3 CTAs of 3 tiles, ragged edges included."""
+    from gemm.kernel.launch import grid
+    from gemm.testing.emulated import run_gemm
+    m, n, k = 300, 360, 640
+    config = KernelConfig(block_m=128, block_n=128, stages=3, raster_group=2, even_waves=True)
+    assert grid(config, m, n, 4) == 3 and grid(config.replace(even_waves=False), m, n, 4) == 4
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=4, seed=seed), problem)
+
+
+def test_production_walks_long_k_with_even_waves():
+    from gemm.heuristics import EVEN_WAVES_MIN_K, H100, choose_config
+    from gemm.kernel.launch import grid
+    assert choose_config(4096, 4096, EVEN_WAVES_MIN_K, device=H100).even_waves
+    assert grid(choose_config(4096, 4096, 7168, device=H100), 4096, 4096, 132) == 128
+    assert not choose_config(4096, 4096, 2048, device=H100).even_waves  # short K: measured slower at K = 512
+    assert not choose_config(64, 4096, 7168, device=H100).even_waves  # one wave: no walk
+    assert not choose_config(4096, 4096, 7168, device=H100, out_dtype="f32").even_waves  # measured with BF16 D
+
+
 def test_even_waves_sizes_only_a_persistent_grid():
     """even_waves: the fewest CTAs that take as many waves as one CTA per SM, the kernel unchanged."""
     from gemm.kernel.launch import grid
