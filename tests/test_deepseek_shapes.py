@@ -20,6 +20,8 @@ RAGGED_SHAPES = [(1, 2112, 512), (100, 2112, 512), (257, 4096, 1024), (4095, 716
                  (65, 130, 128)]
 # production's 128 x 112 tiles (gemm.heuristics.fuller_wave_block_n), two B scales in most tiles; M ragged in one
 FULLER_WAVE_SHAPES = [(256, 7168, 2048), (200, 7168, 7168)]
+# production's even waves (gemm.heuristics.EVEN_WAVES_MIN_K): 128 and 124 CTAs walk 3 tiles each, M, K ragged
+EVEN_WAVES_SHAPES = [(2999, 4000, 4224), (3001, 3968, 4160)]
 # TEST_STAGES=4,5,6 narrows a GPU run to some stages (all by default).
 STAGES = [int(s) for s in os.environ.get("TEST_STAGES", "").split(",") if s] or lessons.GEMM_STAGES
 
@@ -70,7 +72,7 @@ def test_stage(number, m, n, k, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m, n, k", DEEPSEEK_SHAPES + RAGGED_SHAPES + FULLER_WAVE_SHAPES)
+@pytest.mark.parametrize("m, n, k", DEEPSEEK_SHAPES + RAGGED_SHAPES + FULLER_WAVE_SHAPES + EVEN_WAVES_SHAPES)
 def test_fp8_gemm_nt(m, n, k, rng):
     run_and_check(lambda a, sa, b, sb, out: gemm.fp8_gemm_nt((a, sa), (b, sb), out), m, n, k, rng)
 

@@ -116,10 +116,18 @@ def grid(config: KernelConfig, m: int, n: int, sm_count: int, groups: int = 1) -
     device only)."""
     tiles = (groups if config.gemm_type == "masked" else 1) * ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
     count = min(tiles, sm_count) if config.persistent else tiles * config.split_k
-    if config.even_waves:  # as many waves as one CTA per SM takes, each CTA a whole number of them; rounded up to
-        count = ceil_div(tiles, ceil_div(tiles, sm_count))  # whole clusters (down would add a wave) within the SMs
-        count = min(ceil_div(count, config.multicast) * config.multicast, sm_count)
+    if config.even_waves:
+        count = even_wave_ctas(tiles, sm_count, config.multicast)
     return max(config.multicast, count - count % config.multicast) if count % config.multicast else count
+
+
+def even_wave_ctas(tiles: int, sm_count: int, cluster: int = 1) -> int:
+    """The fewest CTAs of a persistent walk that take as many waves as one CTA per SM (``KernelConfig.even_waves``):
+    each walks ceil(tiles / sm_count) tiles or one fewer, none more. Rounded up to whole clusters (rounding down
+    would add a wave), within the SMs. 512 tiles on 132 SMs: 4 waves, so 128 CTAs of 4 tiles, not 116 of 4 and 16
+    of 3."""
+    count = ceil_div(tiles, ceil_div(tiles, sm_count))
+    return min(ceil_div(count, cluster) * cluster, sm_count)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -163,4 +171,5 @@ def prepare(config: KernelConfig, args, *, sm_count: int):
                                                   programmatic=config.pdl)
 
 
-__all__ = ["cubin", "kernel", "tensor_map_specs", "tensor_maps", "kernel_arguments", "grid", "launch", "prepare"]
+__all__ = ["even_wave_ctas", "cubin", "kernel", "tensor_map_specs", "tensor_maps", "kernel_arguments", "grid", "launch",
+           "prepare"]
