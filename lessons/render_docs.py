@@ -130,7 +130,7 @@ def sweep_block(result: dict) -> str:
     lines = [describe_device(result), "", header, "|" + "---:|" * (3 + 2 * len(names) - 1)]
     for m, n, k in shapes:
         rows = [by.get((m, n, k, name), {}) for name in names]
-        tflops = [f"{r['tflops']:.0f}" if r else "-" for r in rows]
+        tflops = [f"{r['tflops']:.0f}" if "tflops" in r else "-" for r in rows]
         ratios = [_vs_first(r) for r in rows[1:]]
         lines.append(f"| {m} | {n} | {k} | " + " | ".join(tflops) + " | " + " | ".join(ratios) + " |")
     return "\n".join(lines)
@@ -139,12 +139,10 @@ def sweep_block(result: dict) -> str:
 def _vs_first(row: dict) -> str:
     """A config's speed against the first: round by round (median, low-high) where the sweep kept its rounds,
     else the ratio of the two bests."""
-    if not row:
-        return "-"
     paired = row.get("vs_first_paired")
     if paired:
         return f"{paired['median']:.3f}x ({paired['low']:.3f}-{paired['high']:.3f})"
-    return f"{row['vs_first']:.2f}x"
+    return f"{row['vs_first']:.2f}x" if "vs_first" in row else "-"  # absent: a config that did not apply
 
 
 def _relative(path: Path, start: Path) -> str:

@@ -133,6 +133,20 @@ def test_the_untimed_warmup_pass_never_counts():
     assert row["us"] == {"ours": 90.0, "dg": 95.0} and row["round_us"] == {"ours": [100.0, 90.0], "dg": [95.0, 97.0]}
 
 
+def test_a_failed_warmup_is_recorded_and_the_rounds_still_time_the_contender():
+    log, calls = [], iter([RuntimeError("cold"), 5.0, 6.0])
+
+    def timed():
+        value = next(calls)
+        if isinstance(value, Exception):
+            raise value
+        return {"median_us": value}
+    flaky = ("dg", lambda: bench_peers.Contender("dg", lambda: {"correct": True, "diff": 1e-6, "unwritten": 0}, timed))
+    row = bench_peers.run_contenders({"M": 1, "N": 2, "K": 3}, [_contender("ours", [1.0, 4.0, 4.0], log), flaky],
+                                     1, 1, rounds=2, warmup=1)
+    assert "cold" in row["errors"]["dg"] and row["round_us"]["dg"] == [5.0, 6.0] and row["us"]["dg"] == 5.0
+
+
 def test_paired_speeds_compare_within_each_round_and_skip_failed_rounds():
     """One kernel timed under two names drifts with the clock the same way in each round: the paired ratio is 1.0
     however far the rounds drift, where the two bests may differ (the luckier round wins)."""
@@ -228,4 +242,7 @@ def test_a_sweeps_paired_ratio_is_printed_and_drawn_with_its_range():
     result = {"configs": ["a", "b"], "rows": rows, "device": {}, "date": "today", "command": "python -m gemm ..."}
     assert "1.012x (0.998-1.030)" in sweep_block(result)
     del rows[1]["vs_first_paired"]
-    assert "1.10x" in sweep_block(result)
+    rows.append({"m": 1, "n": 2, "k": 3, "name": "c", "config": "-", "status": "n/a: not this shape"})
+    result["configs"].append("c")
+    block = sweep_block(result)
+    assert "1.10x" in block and block.splitlines()[-1].endswith("| - |")

@@ -326,9 +326,10 @@ def test_production_walks_long_k_with_even_waves():
     from gemm.kernel.launch import grid
     assert choose_config(4096, 4096, EVEN_WAVES_MIN_K, device=H100).even_waves
     assert grid(choose_config(4096, 4096, 7168, device=H100), 4096, 4096, 132) == 128
-    assert not choose_config(4096, 4096, 2048, device=H100).even_waves  # short K: measured slower at K = 512
+    assert not choose_config(4096, 4096, 2048, device=H100).even_waves  # short K: no gain at 2048, a loss at 512
     assert not choose_config(64, 4096, 7168, device=H100).even_waves  # one wave: no walk
     assert not choose_config(4096, 4096, 7168, device=H100, out_dtype="f32").even_waves  # measured with BF16 D
+    assert not choose_config(4096, 4092, 7168, device=H100).even_waves  # and the TMA epilogue (N % 8 == 0)
 
 
 def test_even_waves_sizes_only_a_persistent_grid():

@@ -115,10 +115,12 @@ def time_configs(m: int, n: int, k: int, configs: dict, rng=None, *, timer=bench
                       "status": "ok" if check["correct"] else "WRONG"}
     times = timed_rounds(launches, timer, rounds, warmup)
     for name, own in times.items():
+        if not own:  # no rounds: checked, not timed
+            continue
         median = min(own)
         rows[name].update(time_us=median, round_us=own, tflops=flops(m, n, k) / median / 1e6,
                           gbps=gemm_bytes(m, n, k) / median / 1e3)
-    if times:
+    if times and rounds:
         for name, speed in paired_speeds(times, next(iter(times))).items():
             rows[name]["vs_first_paired"] = speed
     return list(rows.values())
