@@ -110,10 +110,9 @@ def tensor_maps(config: KernelConfig, pointers: tuple[int, ...], m: int, n: int,
 
 def grid(config: KernelConfig, m: int, n: int, sm_count: int, groups: int = 1) -> int:
     """CTAs to launch: one per tile (split-K: split_k per tile), or (persistent) one per SM, never more than there
-    are tiles (``even_waves``: the fewest CTAs that take as many waves, so that each walks the same number of
-    tiles); a multiple of the cluster size (a pair's second CTA may find no tile: the kernel handles a lone CTA).
-    Masked grouped GEMMs: at most the tiles of G full groups of M (= M_max) rows (the counts in use are known on the
-    device only)."""
+    are tiles (``even_waves``: the fewest CTAs that take as many waves, :func:`even_wave_ctas`); a multiple of the
+    cluster size (a pair's second CTA may find no tile: the kernel handles a lone CTA). Masked grouped GEMMs: at
+    most the tiles of G full groups of M (= M_max) rows (the counts in use are known on the device only)."""
     tiles = (groups if config.gemm_type == "masked" else 1) * ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
     count = min(tiles, sm_count) if config.persistent else tiles * config.split_k
     if config.even_waves:
