@@ -5,8 +5,9 @@ Hole: ``even_ctas(tiles, sms, cluster) -> int``: the fewest CTAs that finish ``t
 launches that many (``KernelConfig.even_waves``; production's count is :func:`gemm.kernel.launch.even_wave_ctas`).
 Any count computes D right (the walk steps by the grid's size), so the correctness checks cannot judge it; the rule
 check does, over tile counts around each multiple of the SMs, several SM counts and clusters of one and two CTAs,
-naming the first it gets wrong. Every count a graded kernel is built from must be the launch's own (a solution that
-answered the rule check one way and the build another would otherwise pass), and must be a positive int.
+and 300 cases drawn afresh on every run, naming the first it gets wrong. Every count a graded kernel is built from
+must be the launch's own (a solution that answered the rule check one way and the build another would otherwise
+pass), and must be a positive int.
 
 On the emulator the kernel is stage 17's walk made persistent on 4 SMs at small shapes (stage 16's config there
 splits K instead), with the student's count asked for those 4 SMs: 9 tiles take 3 CTAs, 5 take 3.
@@ -50,18 +51,29 @@ def reference():
     return SimpleNamespace(even_ctas=even_wave_ctas)
 
 
+RANDOM_CASES = 300
+
+
 def _cases():
     """(tiles, sms, cluster): tile counts around each multiple of the SMs, at several SM counts, single CTAs and
-    pairs."""
+    pairs, then :data:`RANDOM_CASES` more drawn afresh on every run (from the OS, not the grading seeds: the fixed
+    cases alone are public, and a table of their answers passed a red team's grading). Pairs only where the SMs
+    hold whole pairs: on an odd SM count a pair's count is cut to whole pairs by the launch, which adds a wave."""
+    import random
     cases = []
-    for sms in (132, 114, 78, 5, 4, 1):
+    for sms in (132, 114, 78, 6, 4, 1):
         for cluster in (1, 2):
-            if cluster > sms:
+            if cluster > sms or sms % cluster:
                 continue
             for tiles in sorted({1, 2, 3, sms - 1, sms, sms + 1, 2 * sms - 1, 2 * sms + 1, 3 * sms + 3, 512, 896,
                                  3072, 2752, 352, 7 * sms + 5}):
                 if tiles >= 1:
                     cases.append((tiles, sms, cluster))
+    draw = random.SystemRandom()
+    for _ in range(RANDOM_CASES):
+        cluster = draw.choice((1, 2))
+        sms = cluster * draw.randint(1, 100)
+        cases.append((draw.randint(1, 50000), sms, cluster))
     return cases
 
 
@@ -76,8 +88,9 @@ def check_rule(solution) -> None:
 
 
 def cta_counts(solution) -> list[str]:
-    """The count is the technique: the graded kernels compute D right whatever the grid, so every case the rule
-    names is checked here."""
+    """The CTA count is right for every case checked, fixed and drawn.
+
+    The count is the technique: the graded kernels compute D right whatever the grid."""
     return failures(check_rule, solution)
 
 
