@@ -179,7 +179,6 @@ def descriptor_bits(a, b, c, d=128):
 def test_an_expression_that_explodes_is_refused(tmp_path):
     """Squaring forty times makes a tree of 2^40 leaves (shared in memory, not in JSON): the answer is refused,
     and the judge neither hangs nor runs out of memory."""
-    from lessons.exercises import exercise
     path = tmp_path / "bomb.py"
     path.write_text("def promote(total, partial, sa_value, sb_value):\n    x = partial\n    for _ in range(40):\n"
                     "        x = x * x\n    return total + x\n")
@@ -416,3 +415,29 @@ def test_exercise_16_an_honest_count_passes(tmp_path):
     for name in ("uses UTMALDG", "uses QGMMA"):
         check = next(c for c in report["checks"] if c["name"] == name)
         assert not check["graded"] and "scaffold" in check["detail"], check
+
+
+def test_a_message_cannot_rewrite_or_hide_the_summary():
+    """A red team's route (stage 17's): an exception message with a carriage return and terminal escape sequences
+    erased the [FAIL] mark and printed a fake PASSED; every control character is now shown escaped."""
+    attack = "boom\r  [PASS] technique   faked\x1b[8m\x1b[2K\nPASSED\x07"
+    report = {"stage": 17, "exercise": "even_ctas", "solution": "s\x1b[2K.py", "mode": "cpu", "seeds": ["1"],
+              "secret_seeds": False, "passed": False,
+              "checks": [{"passed": False, "graded": True, "category": "technique", "name": "cta counts",
+                          "detail": attack}],
+              "score": {"points": 0, "possible": 1, "categories": {"technique": {"passed": 0, "graded": 1}}}}
+    text = grader.summary(report)
+    assert all(c.isprintable() for line in text.splitlines() for c in line)
+    assert text.splitlines()[-1] == "FAILED" and "\\r" in text and "\\x1b[8m" in text and "[FAIL]" in text
+
+
+def test_a_message_with_control_characters_leaves_the_class_junit_parseable():
+    """One student's ESC or NUL in a message would make the whole class's junit.xml ill-formed XML."""
+    from xml.etree import ElementTree
+
+    from lessons.grading.gradebook import junit
+    check = {"passed": False, "graded": True, "category": "technique", "name": "cta counts",
+             "detail": "boom\x1b[8m\x00\x07"}
+    text = junit({"student": {"checks": [check]}})
+    failure = ElementTree.fromstring(text).find(".//failure")
+    assert failure.get("message") == "boom\\x1b[8m\\x00\\x07" == failure.text

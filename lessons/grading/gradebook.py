@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from xml.etree import ElementTree
 
-from lessons.grading.grader import grade
+from lessons.grading.grader import grade, printable
 from lessons.grading.rubric import CATEGORIES, WEIGHTS
 
 
@@ -71,10 +71,11 @@ def junit(reports: dict[str, dict]) -> str:
         for check in checks:
             case = ElementTree.SubElement(suite, "testcase", classname=f"{student}.{check['category']}",
                                           name=check["name"])
+            detail = printable(str(check["detail"]))  # a control character from a solution is not XML 1.0
             if not check["graded"]:
-                ElementTree.SubElement(case, "skipped", message=check["detail"][:500])
+                ElementTree.SubElement(case, "skipped", message=detail[:500])
             elif not check["passed"]:
-                ElementTree.SubElement(case, "failure", message=check["detail"][:500]).text = check["detail"]
+                ElementTree.SubElement(case, "failure", message=detail[:500]).text = detail
     return ElementTree.tostring(suites, encoding="unicode")
 
 

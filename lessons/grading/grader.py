@@ -156,17 +156,24 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable escaped (newlines, carriage returns, ESC and the rest):
+    a message raised by a solution must not start a new line, rewrite the one it is on, or hide or recolour the
+    summary with terminal escape sequences to fake a PASS."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def summary(report: dict) -> str:
     """The readable summary: one line per check, then the verdict."""
     title = f"stage {report['stage']:02d}" + (f" ({report['exercise']})" if report.get("exercise") else "")
-    lines = [f"grading {title}: {report['solution']}",
+    lines = [f"grading {title}: {printable(str(report['solution']))}",
              f"  mode {report['mode']}, seeds {', '.join(report['seeds'])}"
              + ("" if report["secret_seeds"] else f"  (no {SECRET_ENV}: public seeds only)")]
     for check in report["checks"]:
         mark = "PASS" if check["passed"] else ("FAIL" if check["passed"] is False else "----")
         if check["passed"] is not None and not check["graded"]:
             mark = mark.lower()
-        detail = str(check['detail']).replace("\n", "\\n")  # a solution's message cannot add lines of its own
+        detail = printable(str(check["detail"]))  # a solution's message cannot add lines or terminal controls
         lines.append(f"  [{mark}] {check['category']:<11} {check['name']}: {detail}")
     s = report["score"]
     lines.append(f"  score {s['points']:g} / {s['possible']}   "
