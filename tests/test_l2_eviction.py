@@ -194,6 +194,10 @@ def test_bench_grouped_beside_keeps_each_configs_best_ok_round(monkeypatch, tmp_
     production, other = rows
     assert (production["ours_us"], other["ours_us"]) == (9.0, 11.0)  # 8.0 was a WRONG round of production's
     assert other["vs_production"] == 9.0 / 11.0 and other["name"] == "production:b_eviction=normal"
+    # round by round: (10 / 12, 9 / 11); the third round's production was WRONG and has no ratio
+    assert production["round_us"] == [10.0, 9.0, None] and other["round_us"] == [12.0, 11.0, 13.0]
+    assert other["vs_production_paired"]["rounds"] == 2
+    assert other["vs_production_paired"]["median"] == pytest.approx((10 / 12 + 9 / 11) / 2)
     written = json.loads((tmp_path / "grouped_beside_clean.json").read_text())
     assert written["flush"] == "clean" and len(written["rows"]) == 2
 

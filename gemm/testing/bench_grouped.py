@@ -19,7 +19,7 @@ from gemm.testing.bench_dense import measure_shape
 from gemm.testing.problems import (Reference, check_rows, masked_capacity, flops, grouped_inputs, poison_torch, reference_gemm,
                                    torch_output_parts)
 from gemm.testing.records import Column, command_line, device_info, format_table, write_result
-from gemm.testing.timer import bench_kernel, palindrome
+from gemm.testing.timer import bench_kernel, paired_speeds, palindrome
 
 
 # DeepGEMM's grouped test shapes: (groups, M per group, N, K); masked with every row in use (masked_m = M).
@@ -215,25 +215,34 @@ def beside_bench(fields: str, shapes: list[tuple], rounds: int, flush: str, out:
         production = choose_grouped_config(layout, groups * m if layout == "contiguous" else m, n, k, groups)
         configs = {"production": production, f"production:{fields}": production.replace(**changes)}
         best: dict[str, dict] = {}
+        rounds_us: dict[str, list] = {name: [] for name in configs}  # None: a round that was not ok
         for name in palindrome(configs, rounds):
             row = measure_grouped(layout, groups, m, n, k, rng, timer=timer, config=configs[name])
+            rounds_us[name].append(row.get("ours_us") if row.get("status") == "ok" else None)
             rank = (row.get("status") != "ok", row.get("ours_us", float("inf")))  # a wrong round never wins
             if name not in best or rank < (best[name].get("status") != "ok",
                                            best[name].get("ours_us", float("inf"))):
                 best[name] = {**row, "name": name, "config": configs[name].describe()}
-        if best["production"].get("ours_us") and best[f"production:{fields}"].get("ours_us"):
-            best[f"production:{fields}"]["vs_production"] = best["production"]["ours_us"] / \
-                best[f"production:{fields}"]["ours_us"]
+        variant = best[f"production:{fields}"]
+        if best["production"].get("ours_us") and variant.get("ours_us"):
+            variant["vs_production"] = best["production"]["ours_us"] / variant["ours_us"]
+        paired = paired_speeds(rounds_us, "production").get(f"production:{fields}")
+        if paired:  # round by round (gemm.testing.timer.paired_speeds)
+            variant["vs_production_paired"] = paired
+        for name, times in rounds_us.items():
+            best[name]["round_us"] = times
         rows += best.values()
-        ratio = best[f"production:{fields}"].get("vs_production", float("nan"))
+        ratio = variant.get("vs_production", float("nan"))
         times = [best[name].get("ours_us", float("nan")) for name in configs]
         print(f"{layout} G={groups} M={m} N={n} K={k}: production {times[0]:.2f} us, with {fields} {times[1]:.2f} us "
-              f"({ratio:.3f}x production's speed)", flush=True)
+              f"({ratio:.3f}x production's speed by bests"
+              + (f", {paired['median']:.3f}x round by round" if paired else "") + ")", flush=True)
     if out is not None:
         path = Path(out) / f"grouped_beside_{flush}.json"
         write_result(path, command=command_line("gemm"), rows=rows, device=device_info(), flush=flush,
                      timing=f"best of {rounds} rounds in alternating order, each the median of 5 graph replays of "
-                            f"(L2 flush ({flush}); call) pairs minus flushes only")
+                            f"(L2 flush ({flush}); call) pairs minus flushes only; vs_production_paired: "
+                            "production's time over the other's, round by round (median, low, high)")
         print(f"wrote {path}")
     return rows
 
