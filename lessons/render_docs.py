@@ -139,9 +139,10 @@ def sweep_block(result: dict) -> str:
 def _vs_first(row: dict) -> str:
     """A config's speed against the first: round by round (median, low-high) where the sweep kept its rounds,
     else the ratio of the two bests."""
+    from gemm.testing.bench_configs import paired_text
     paired = row.get("vs_first_paired")
     if paired:
-        return f"{paired['median']:.3f}x ({paired['low']:.3f}-{paired['high']:.3f})"
+        return paired_text(paired, "x")
     return f"{row['vs_first']:.2f}x" if "vs_first" in row else "-"  # absent: a config that did not apply
 
 

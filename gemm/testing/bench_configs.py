@@ -134,9 +134,10 @@ CONFIG_COLUMNS = [Column("name", "config name", align="left"), Column("config", 
 SWEEP_COLUMNS = CONFIG_COLUMNS[:-2] + [Column("paired", "vs first, paired", align="left")] + CONFIG_COLUMNS[-2:]
 
 
-def paired_text(speed: dict | None) -> str | None:
-    """A ``vs_first_paired`` entry as "median (low-high)"."""
-    return None if not speed else f"{speed['median']:.3f} ({speed['low']:.3f}-{speed['high']:.3f})"
+def paired_text(speed: dict | None, unit: str = "") -> str | None:
+    """A paired speed (:func:`gemm.testing.timer.paired_speeds`) as "median (low-high)", ``unit`` after the
+    median (the docs' tables write "1.012x (0.998-1.030)")."""
+    return None if not speed else f"{speed['median']:.3f}{unit} ({speed['low']:.3f}-{speed['high']:.3f})"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
