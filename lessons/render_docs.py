@@ -125,15 +125,24 @@ def sweep_block(result: dict) -> str:
     names = result.get("configs") or sorted({r["name"] for r in result["rows"]})
     shapes = sorted({(r["m"], r["n"], r["k"]) for r in result["rows"]}, key=lambda s: (s[0], s[1], s[2]))
     by = {(r["m"], r["n"], r["k"], r["name"]): r for r in result["rows"]}
+    clocked = any(r.get("sm_mhz") is not None for r in result["rows"])  # bench configs --clocks
     header = "| M | N | K | " + " | ".join(f"`{name}` TFLOP/s" for name in names) + " | " + \
-        " | ".join(f"`{name}` vs first" for name in names[1:]) + " |"
-    lines = [describe_device(result), "", header, "|" + "---:|" * (3 + 2 * len(names) - 1)]
+        " | ".join(f"`{name}` vs first" for name in names[1:]) + \
+        "".join(f" | `{name}` SM MHz / W" for name in names if clocked) + " |"
+    lines = [describe_device(result), "", header, "|" + "---:|" * ((3 + 2 * len(names) - 1) + clocked * len(names))]
     for m, n, k in shapes:
         rows = [by.get((m, n, k, name), {}) for name in names]
         tflops = [f"{r['tflops']:.0f}" if "tflops" in r else "-" for r in rows]
         ratios = [_vs_first(r) for r in rows[1:]]
-        lines.append(f"| {m} | {n} | {k} | " + " | ".join(tflops) + " | " + " | ".join(ratios) + " |")
+        clocks = [_clock_text(r) for r in rows] if clocked else []
+        lines.append(f"| {m} | {n} | {k} | " + " | ".join(tflops + ratios + clocks) + " |")
     return "\n".join(lines)
+
+
+def _clock_text(row: dict) -> str:
+    """A config's median SM clock and board power over its rounds (bench configs --clocks), "1714 / 706"."""
+    mhz, watts = row.get("sm_mhz"), row.get("power_w")
+    return f"{mhz:.0f} / {watts:.0f}" if mhz is not None and watts is not None else "-"
 
 
 def _vs_first(row: dict) -> str:
@@ -155,16 +164,32 @@ def _missing(command: str, name: str) -> str:
             "then `python -m lessons docs`._")
 
 
-def measured_lines(result: dict, lessons_dir: Path) -> dict[Path, str]:
+H200_LADDER = "ladder_h200.json"  # python -m lessons ladder on an H200 (--out elsewhere, then copied here)
+
+
+def measured_stages(result: dict) -> set[int]:
+    """The stages whose "Measured:" line ``result`` (a ladder run) gives: an ok row at the stage's home shape."""
+    shape = _shape(result)
+    return {row["stage"] for row in result["rows"] if isinstance(row.get("stage"), int)
+            and row.get("status") == "ok" and home_shape(row["stage"]) == shape}
+
+
+def _shape(result: dict) -> tuple[int, int, int]:
+    shape = result["shape"]
+    return tuple(shape[key] for key in ("m", "n", "k")) if isinstance(shape, dict) else tuple(shape)
+
+
+def measured_lines(result: dict, lessons_dir: Path, *, source: str | None = None,
+                   skip: set[int] = frozenset()) -> dict[Path, str]:
     """Each ladder stage's docstring paragraph "Measured: ..." rewritten from the ladder result: TFLOP/s, the speedup
-    over the stage before, and the share of its speed of light (lessons.ladder) and of the FP8 peak."""
-    m, n, k = (result["shape"][key] for key in ("m", "n", "k")) if isinstance(result["shape"], dict) \
-        else result["shape"]
+    over the stage before, and the share of its speed of light (lessons.ladder) and of the FP8 peak. ``source``: the
+    result's file name where it is not :func:`lessons.ladder.ladder_file`'s; ``skip``: stages another run gives."""
+    m, n, k = _shape(result)
     rendered = {}
-    source, command = ladder_file((m, n, k)), result["command"]
+    source, command = source or ladder_file((m, n, k)), result["command"]
     for row in with_bounds(result["rows"], (m, n, k)):
         number = row.get("stage")
-        if not isinstance(number, int) or row.get("status") != "ok" or home_shape(number) != (m, n, k):
+        if number not in measured_stages(result) - set(skip):
             continue  # each stage's line comes from the run at its home shape
         matches = sorted(lessons_dir.glob(f"{number:02d}_*.py"))
         if not matches:
@@ -313,7 +338,8 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
                   results / "early_poll_reversed.json", results / "sweep_l2_eviction_memset.json",
                   results / "sweep_l2_eviction_clean.json", results / "sweep_overlap_epilogue.json",
                   results / "sweep_overlap_peeled_recheck.json", results / "sweep_aa_paired.json",
-                  results / "sweep_overlap_paired.json", results / "sweep_even_waves_paired.json"):
+                  results / "sweep_overlap_paired.json", results / "sweep_even_waves_paired.json",
+                  results / "sweep_even_waves_clocks.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))
     other_ladders = sorted(results.glob("ladder_*x*x*.json"))  # runs at a stage's own shape (ladder_file)
@@ -324,6 +350,11 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     if lessons is not None:
         for path in ([ladder_json] if ladder_json.exists() else []) + other_ladders:
             rendered.update(measured_lines(read_result(path), lessons))
+        # a stage newer than the reference run (results/ladder.json, H100) takes its line from the H200 ladder
+        h200_json = results / H200_LADDER
+        if h200_json.exists():
+            covered = measured_stages(read_result(ladder_json)) if ladder_json.exists() else set()
+            rendered.update(measured_lines(read_result(h200_json), lessons, source=H200_LADDER, skip=covered))
     if lessons is not None:
         rendered.update(ablation_lines(results, lessons, rendered))
     for doc in sorted(docs.glob("*.md")):

@@ -441,3 +441,19 @@ def test_a_message_with_control_characters_leaves_the_class_junit_parseable():
     text = junit({"student": {"checks": [check]}})
     failure = ElementTree.fromstring(text).find(".//failure")
     assert failure.get("message") == "boom\\x1b[8m\\x00\\x07" == failure.text
+
+
+def test_a_table_of_exercise_17s_fixed_cases_fails(tmp_path):
+    """A red team's route (stage 17): the rule check's fixed cases are public, so a table of their answers with
+    min(tiles, sms) elsewhere passed. The check also draws cases afresh on every run."""
+    from gemm.kernel.launch import even_wave_ctas
+    from lessons.exercises.ex17_even_ctas import RANDOM_CASES, _cases
+    fixed = _cases()[:-RANDOM_CASES]
+    table = {(t, s, c): even_wave_ctas(t, s, c) for t, s, c in fixed}
+    table.update({(512, 132, 2): 128, (9, 4, 1): 3, (5, 4, 1): 3})  # the CPU build's counts
+    path = tmp_path / "table.py"
+    path.write_text(f"TABLE = {table!r}\n\ndef even_ctas(tiles, sms, cluster):\n"
+                    "    return TABLE.get((tiles, sms, cluster), min(tiles, sms))\n")
+    report = grader.grade(17, path, mode="cpu", seeds=1, secret="", timeout=300)
+    assert not report["passed"], grader.summary(report)
+    assert any(c["name"] == "cta counts" and c["passed"] is False for c in report["checks"]), grader.summary(report)

@@ -9,7 +9,9 @@ field the swapped kernel does not take (``accumulators=2``, ``epilogue='staged'`
 one. A config an override cannot apply to at a shape (multicast on a one-wave, non-persistent config) is a row that
 says why, not the end of the run. Every config is checked against
 the float64 reference (NaN-poisoned output) before it is timed. Prints a table per shape; ``--json`` writes the
-rows. (A ladder stage's config with its ideas turned off: ``python -m lessons ablate``.)
+rows. (A ladder stage's config with its ideas turned off: ``python -m lessons ablate``.) ``--clocks`` samples the SM
+clock and board power through every timed round (:mod:`gemm.testing.clock_log`): whether a config ran faster in
+cycles or at a higher clock.
 """
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ import argparse
 import ast
 import functools
 import shlex
+import statistics
 
 import numpy as np
 
+from gemm.testing.clock_log import ClockLog
 from gemm.testing.l2_flush import FLUSHES
 from gemm.testing.problems import checked_run, device_problem, flops, gemm_bytes, random_problem, reference_rows
-from gemm.testing.records import Column, device_info, format_table, write_result
+from gemm.testing.records import Column, device_info, format_table, gpu_bus_id, write_result
 from gemm.testing.timer import bench_back_to_back, bench_kernel, paired_speeds, palindrome
 
 
@@ -78,28 +82,50 @@ def parse_config(text: str, m: int, n: int, k: int):
     return overridden(choose_config(m, n, k, allow_swap_ab=False))
 
 
-def timed_rounds(launches: dict, timer, rounds: int, warmup: int = 0) -> dict[str, list[float]]:
+def timed_rounds(launches: dict, timer, rounds: int, warmup: int = 0, *, clock_log=None,
+                 windows: dict | None = None) -> dict[str, list[float]]:
     """Each launch's median in each of ``rounds`` rounds, the launches in order, then in reverse, ... (the clock
     drifts with heat: the palindrome shares the drift out), after ``warmup`` untimed passes over them all: a GPU left
     idle by the checks and compiles runs its first kernels at a higher clock. The best of a launch's rounds is its
-    time; its ratio to the first launch round by round is :func:`gemm.testing.timer.paired_speeds`."""
+    time; its ratio to the first launch round by round is :func:`gemm.testing.timer.paired_speeds`. With a
+    ``clock_log`` (:class:`gemm.testing.clock_log.ClockLog`), each timed round is a window of it, appended to
+    ``windows[name]``."""
     names = list(launches)
     for _ in range(warmup):
         for name in names:
             timer(launches[name])
     times: dict[str, list[float]] = {name: [] for name in names}
     for name in palindrome(names, rounds):
-        times[name].append(timer(launches[name]).median_us)
+        if clock_log is None:
+            times[name].append(timer(launches[name]).median_us)
+            continue
+        with clock_log.window() as window:
+            times[name].append(timer(launches[name]).median_us)
+        if windows is not None:
+            windows.setdefault(name, []).append(window)
     return times
 
 
+def clock_fields(windows: list) -> dict:
+    """A config's rounds' clock log as row fields: each round's median SM clock and power (None where no sample
+    fell inside the round), their medians, and every clock event reason seen."""
+    mhz = [w.summary.get("sm_mhz") for w in windows]
+    watts = [w.summary.get("power_w") for w in windows]
+    reasons = sorted({reason for w in windows for reason in w.summary.get("reasons", [])})
+    known_mhz, known_watts = [v for v in mhz if v is not None], [v for v in watts if v is not None]
+    return {"round_mhz": mhz, "round_w": watts, "clock_reasons": reasons,
+            "sm_mhz": statistics.median(known_mhz) if known_mhz else None,
+            "power_w": statistics.median(known_watts) if known_watts else None}
+
+
 def time_configs(m: int, n: int, k: int, configs: dict, rng=None, *, timer=bench_kernel,
-                 rounds: int = 1, warmup: int = 0) -> list[dict]:
+                 rounds: int = 1, warmup: int = 0, clock_log_factory=None) -> list[dict]:
     """Check (NaN-poisoned, float64 reference) then time each named KernelConfig on one problem: the
     ablation tables and heuristic checks (``python -m gemm bench configs``; ``python -m lessons ablate`` for a stage's).
     ``rounds`` and ``warmup``: :func:`timed_rounds`; each timed row has its best (``time_us``), every round's time
     (``round_us``) and, past the first config, its speed against the first, round by round (``vs_first_paired``:
-    median, low, high)."""
+    median, low, high). ``clock_log_factory()``: a :class:`gemm.testing.clock_log.ClockLog` to sample the clock
+    and power through the rounds (:func:`clock_fields` in each row)."""
     from gemm.api import gemm
     rng = rng or np.random.default_rng()
     host = random_problem(m, n, k, rng)
@@ -113,7 +139,14 @@ def time_configs(m: int, n: int, k: int, configs: dict, rng=None, *, timer=bench
         launches[name] = lambda stream, run=run: run(problem.a, problem.sa, problem.b, problem.sb, problem.d, stream)
         rows[name] = {"name": name, "config": config.describe(), "diff": check["diff"],
                       "status": "ok" if check["correct"] else "WRONG"}
-    times = timed_rounds(launches, timer, rounds, warmup)
+    windows: dict = {}
+    if clock_log_factory is None:
+        times = timed_rounds(launches, timer, rounds, warmup)
+    else:
+        with clock_log_factory() as clock_log:
+            times = timed_rounds(launches, timer, rounds, warmup, clock_log=clock_log, windows=windows)
+    for name, own in windows.items():
+        rows[name].update(clock_fields(own))
     for name, own in times.items():
         if not own:  # no rounds: checked, not timed
             continue
@@ -132,6 +165,8 @@ CONFIG_COLUMNS = [Column("name", "config name", align="left"), Column("config", 
                   Column("status", "status", align="left")]
 # bench configs' terminal table: each config's speed against the first, round by round (paired_text)
 SWEEP_COLUMNS = CONFIG_COLUMNS[:-2] + [Column("paired", "vs first, paired", align="left")] + CONFIG_COLUMNS[-2:]
+# with --clocks: each config's median SM clock and board power over its timed rounds (clock_fields)
+CLOCK_COLUMNS = [Column("sm_mhz", "SM MHz", "{:.0f}"), Column("power_w", "power (W)", "{:.0f}")]
 
 
 def paired_text(speed: dict | None, unit: str = "") -> str | None:
@@ -156,6 +191,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush", choices=FLUSHES, default="memset",
                         help="how the L2 is emptied before each flushed call: memset (leaves it dirty; default) or "
                              "clean (a read pass), gemm/testing/l2_flush.py")
+    parser.add_argument("--clocks", action="store_true",
+                        help="sample the SM clock and board power with nvidia-smi through the timed rounds and "
+                             "report each config's (gemm/testing/clock_log.py): did it run faster, or at a higher clock?")
 
 
 def configs_for_shape(names, m: int, n: int, k: int) -> tuple[dict, list[dict]]:
@@ -177,25 +215,33 @@ def configs_for_shape(names, m: int, n: int, k: int) -> tuple[dict, list[dict]]:
 def run(args) -> int:
     from gemm.testing.bench_dense import parse_shapes
     rows = []
+    clock_log_factory = None
+    if args.clocks:
+        clock_log_factory = functools.partial(ClockLog, gpu_bus_id())
+        if not clock_log_factory().available:
+            print("--clocks: nvidia-smi cannot sample this GPU's clock and power here; timing without them")
+            clock_log_factory = None
+    columns = SWEEP_COLUMNS[:-2] + CLOCK_COLUMNS * bool(clock_log_factory) + SWEEP_COLUMNS[-2:]
     for m, n, k in parse_shapes(args.shapes):
         configs, skipped = configs_for_shape(args.configs, m, n, k)
         timer = (functools.partial(bench_back_to_back, calls=args.back_to_back) if args.back_to_back
                  else functools.partial(bench_kernel, flush=args.flush))
-        shape_rows = time_configs(m, n, k, configs, timer=timer, rounds=args.rounds, warmup=args.warmup) + skipped
+        shape_rows = time_configs(m, n, k, configs, timer=timer, rounds=args.rounds, warmup=args.warmup,
+                                  clock_log_factory=clock_log_factory) + skipped
         timed = [r for r in shape_rows if "time_us" in r]
         for row in shape_rows:
             row.update(m=m, n=n, k=k)
             if timed and "time_us" in row:
                 row["vs_first"] = timed[0]["time_us"] / row["time_us"]
         print(f"M={m} N={n} K={k}")
-        print(format_table(SWEEP_COLUMNS, [dict(row, paired=paired_text(row.get("vs_first_paired")))
+        print(format_table(columns, [dict(row, paired=paired_text(row.get("vs_first_paired")))
                                            for row in shape_rows]), flush=True)
         rows += shape_rows
     if args.json:
         options = ([f"--rounds={args.rounds}"] if args.rounds != 1 else []) + \
             ([f"--warmup={args.warmup}"] if args.warmup else []) + \
             ([f"--back-to-back={args.back_to_back}"] if args.back_to_back else []) + \
-            ([f"--flush={args.flush}"] if args.flush != "memset" else [])
+            ([f"--flush={args.flush}"] if args.flush != "memset" else []) + (["--clocks"] if args.clocks else [])
         command = shlex.join(["python", "-m", "gemm", "bench", "configs", args.shapes, *args.configs, *options])
         timing = (f"CUDA-graph replay of {args.back_to_back} calls back to back, no flush; median of 5"
                   if args.back_to_back else
@@ -205,9 +251,12 @@ def run(args) -> int:
                        "first config's time over each one's, round by round (median, low, high)")
         if args.warmup:
             timing += f"; {args.warmup} untimed pass{'es' * (args.warmup > 1)} first"
+        if clock_log_factory is not None:
+            timing += ("; round_mhz / round_w: nvidia-smi's SM clock and board power every 10 ms, each round's "
+                       "median (sm_mhz / power_w: the median of those)")
         write_result(args.json, command=command, rows=rows, device=device_info(), configs=args.configs, timing=timing)
     return 0 if all(r["status"] == "ok" or r["status"].startswith("n/a") for r in rows) else 1
 
 
-__all__ = ["parse_config", "configs_for_shape", "time_configs", "timed_rounds", "paired_text", "CONFIG_COLUMNS",
-           "run"]
+__all__ = ["parse_config", "configs_for_shape", "time_configs", "timed_rounds", "clock_fields", "paired_text",
+           "CONFIG_COLUMNS", "run"]

@@ -75,9 +75,7 @@ def _gpu_facts(ordinal: int | None = None) -> dict:
         "memory_bytes": int(_check(driver.cuDeviceTotalMem(device))),
         "driver_cuda_version": _cuda_version_string(int(_check(driver.cuDriverGetVersion()))),
     }
-    err, bus_id = driver.cuDeviceGetPCIBusId(32, device)
-    bus_id = bus_id.split(b"\0")[0].decode() if err == driver.CUresult.CUDA_SUCCESS and bus_id else str(ordinal)
-    clocks = _nvidia_smi_clocks(bus_id)
+    clocks = _nvidia_smi_clocks(gpu_bus_id(ordinal))
     if clocks is None:  # no nvidia-smi: the driver knows only the maximum clocks
         clocks = {"sm_clock_max_mhz": attribute("CU_DEVICE_ATTRIBUTE_CLOCK_RATE") // 1000,
                   "mem_clock_max_mhz": attribute("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE") // 1000,
@@ -86,6 +84,16 @@ def _gpu_facts(ordinal: int | None = None) -> dict:
         clocks["clock_source"] = "nvidia-smi"
     facts.update(clocks)
     return facts
+
+
+def gpu_bus_id(ordinal: int | None = None) -> str:
+    """Device ``ordinal``'s (default: the current device's) PCI bus id, what nvidia-smi's -i takes: it names the same
+    GPU whatever CUDA_VISIBLE_DEVICES says; the ordinal as text where the driver does not say."""
+    driver = _driver()
+    ordinal = _ensure_primary_context(ordinal)
+    device = _check(driver.cuDeviceGet(ordinal))
+    err, bus_id = driver.cuDeviceGetPCIBusId(32, device)
+    return bus_id.split(b"\0")[0].decode() if err == driver.CUresult.CUDA_SUCCESS and bus_id else str(ordinal)
 
 
 def _cuda_version_string(version: int) -> str:

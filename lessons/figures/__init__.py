@@ -31,6 +31,8 @@ figure                         drawn from
                                by part; the accumulator tile and its scales, unswapped and swapped
 16_evict_first                 stage 16's configs and ``b_reads`` (gemm.heuristics): the tile grid, how many tiles
                                load each byte of B, and B's L2 priority, at decode and at the ladder's shape
+17_even_waves                  stages 16 / 17's configs, ``grid`` (gemm.kernel.launch) and ``schedule``
+                               (gemm.kernel.tile_scheduler): the tiles each CTA walks, one CTA per SM and even waves
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -59,6 +61,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
 * :mod:`lessons.figures.early_poll`: stage 14, the SASS after a K block's last wgmma, stage 13 against 14;
 * :mod:`lessons.figures.swap_ab`: stage 15, the decode ring by part and the swapped tile's scales;
 * :mod:`lessons.figures.evict_first`: stage 16, how many tiles load each byte of B, and its L2 priority;
+* :mod:`lessons.figures.even_waves`: stage 17, the tiles each CTA of a persistent walk computes, before and after;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -68,6 +71,7 @@ from __future__ import annotations
 from lessons.figures.drawing import LADDER_SHAPE
 from lessons.figures.early_poll import after_last_wgmma, early_poll
 from lessons.figures.evict_first import b_read_map, evict_first
+from lessons.figures.even_waves import even_waves, walk_lengths
 from lessons.figures.numba_threads import (micro_tile, micro_tile_map, naive_thread_map, smem_banks,
                                            smem_tile_banks, staging_lanes, thread_output_map)
 from lessons.figures.ring_timelines import (Event, RingTrace, Timing, producer_consumer_timeline, replay,
@@ -105,6 +109,7 @@ FIGURES = {
     "14_early_poll": early_poll,
     "15_swap_ab": swap_ab,
     "16_evict_first": evict_first,
+    "17_even_waves": even_waves,
     "moe_grouped_layouts": moe_layouts,
 }
 
@@ -114,5 +119,5 @@ __all__ = ["FIGURES", "LADDER_SHAPE", "DECODE_SHAPE", "MOE_EXAMPLE", "Event", "R
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
            "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy", "k_block_classes", "after_last_wgmma",
-           "ring_bytes", "b_read_map",
+           "ring_bytes", "b_read_map", "walk_lengths",
            *(function.__name__ for function in FIGURES.values())]
