@@ -39,13 +39,16 @@ LATENCY_BASE, LATENCY_PER_COLUMN = 8000, 64
 TILE_OVERHEAD = FEED_WEIGHT * 256
 # A persistent walk at K >= 4096 launches the fewest CTAs that take as many waves (KernelConfig.even_waves: 128
 # instead of 132 at 512 tiles): each walks the longest walk or one tile fewer. The CTAs left out would not shorten
-# the longest walk; why fewer run faster is a hypothesis (a long-K FP8 walk runs at the power limit, where power
-# sets the clock; no clock was recorded). Measured on an H200, round by round against production in one run
-# (results/sweep_even_waves_paired.json, results/sweep_cta_count_paired.json, 8 rounds, median of the per-round
+# the longest walk; fewer run faster in cycles, not by a higher clock (the same SM clock and power, recorded by
+# bench configs --clocks, results/sweep_even_waves_clocks.json; at 4096 x 4096 x 7168, 105 against 123 MB read from
+# DRAM under ncu, results/ncu_even_waves_h200.txt). Measured on an H200, round by round against production in one
+# run (results/sweep_even_waves_paired.json, results/sweep_cta_count_paired.json, 8 rounds, median of the per-round
 # ratios): +3.0% at 4096 x 2112 x 7168 (every round ahead), +2.3/+2.4% at 4096 x 4096 x 7168 (every round ahead
 # in both runs), +2.7/+1.4% at 4096 x 7168 x 16384 (7 of 8 rounds ahead in both); at K = 512, -1.2%
 # (128 x 32768 x 512) and -1.4% (4096 x 32768 x 512), every round behind; at K = 1536-2048 within the rounds'
-# spread. No K between 2048 and 7168 measured; a BF16 D through the TMA epilogue only; no H100 was lent.
+# spread. Between (results/sweep_even_waves_k.json): ahead in every round at K = 2048-5120 on nine shapes, by
+# +0.3 to +1.0% but +2.4% at 2048 x 7168 x 4096, so below 4096 no gain passes docs/benchmarks.md's 1.3% rule and
+# the threshold stays. A BF16 D through the TMA epilogue only; no H100 was lent.
 EVEN_WAVES_MIN_K = 4096
 # Decode (M <= 32): tiles at least 64 wide, and M <= 16 with K >= 4096 and few tiles splits each tile's K blocks
 # over a 2-CTA cluster. Measured on the H100 (results/sweep_decode_split.json): at 16 x 2112 x 7168, 33 tiles of

@@ -202,8 +202,30 @@ def test_bench_grouped_beside_keeps_each_configs_best_ok_round(monkeypatch, tmp_
     assert written["flush"] == "clean" and len(written["rows"]) == 2
 
 
+def test_bench_grouped_beside_warms_up_and_says_where_the_fields_do_not_apply(monkeypatch, tmp_path):
+    """A warm-up pass runs both configs untimed before the rounds; a masked walk cannot take even_waves (its grid
+    is sized by counts the device holds): that shape is an n/a row saying why, and the contiguous one is timed."""
+    from gemm.testing import bench_grouped
+    calls = []
+
+    def measured(layout, groups, m, n, k, rng, timer=None, config=None):
+        calls.append((layout, config.even_waves))
+        return {"layout": layout, "groups": groups, "ours_us": 10.0, "status": "ok"}
+    monkeypatch.setattr(bench_grouped, "measure_grouped", measured)
+    rows = bench_grouped.beside_bench("even_waves=True", [("masked", 8, 16, 7168, 2048),
+                                                          ("contiguous", 8, 4096, 4096, 7168)], 2, "memset", None,
+                                      warmup=1)
+    skipped = rows[0]
+    assert skipped["layout"] == "masked" and skipped["status"].startswith("n/a: even_waves=True")
+    assert calls == [("contiguous", False), ("contiguous", True),  # the warm-up pass
+                     ("contiguous", False), ("contiguous", True), ("contiguous", True), ("contiguous", False)]
+    assert [r["status"] for r in rows[1:]] == ["ok", "ok"] and len(rows[1]["round_us"]) == 2
+
+
 def test_bench_grouped_options_of_beside_alone_are_refused():
     from argparse import Namespace
     from gemm.testing.bench_grouped import run
     with pytest.raises(SystemExit, match="go with --beside"):
         run(Namespace(beside=None, masked_decode=True, rounds=None, flush=None, out=None))
+    with pytest.raises(SystemExit, match="go with --beside"):
+        run(Namespace(beside=None, masked_decode=False, rounds=None, flush=None, warmup=2, out=None))
