@@ -46,7 +46,7 @@ import lessons
 from gemm.heuristics import EVEN_WAVES_MIN_K
 from lessons.generated import GeneratedStage
 
-IDEA = "even waves: the fewest CTAs that take as many waves, so no CTA draws power without shortening the walk"
+IDEA = "even waves: the fewest CTAs that take as many waves, so every CTA walks the longest walk or one tile fewer"
 KIND = "ptx"
 KERNEL = "fp8_gemm"
 EMITTER = "gemm.kernel.launch.grid"

@@ -21,9 +21,11 @@ changes.
 **What changed vs 16:** `even_waves=True` on persistent walks with K >= 4096 (production's rule). Exercise 17: the
 count.
 
-Why it should be faster is a hypothesis: a long-K FP8 walk runs at the power limit, where power sets the clock, and
-the short walks draw power through the waves before they finish. What was measured is the time: +2.3% at this shape
-with production's kernels, every round of eight ahead, and a loss at K = 512.
+Why it is faster is not the clock, the hypothesis the stage started from: recorded through every round (`bench
+configs --clocks`), both grids run at the power cap at the same SM clock. Under ncu at a locked clock it is still
+faster, and at this shape it reads 105 MB from DRAM against 123: a wave of 128 CTAs starts on whole 8 x 16 blocks of
+tiles. What was measured is the time: +2.3% at this shape with production's kernels, every round of eight ahead,
+and a loss at K = 512.
 
 What to look for: the same SASS as stage 16; fewer CTAs in the launch; each CTA's walk as long as the longest or one
 tile shorter.

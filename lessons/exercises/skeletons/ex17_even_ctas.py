@@ -3,7 +3,7 @@
 Objective: count the fewest CTAs a persistent walk needs for as many waves as one CTA per SM.
 
 Stage 17 launches a persistent walk with the fewest CTAs that take as many waves as one CTA per SM: each CTA then
-walks the same number of tiles (or one fewer), and no CTA draws power without shortening the walk. At 4096 x 4096
+walks the same number of tiles (or one fewer), and each wave starts on whole blocks of the raster. At 4096 x 4096
 x 7168 (512 tiles of 256 x 128 on 132 SMs) that is 128 CTAs of four tiles, not 116 of four and 16 of three.
 
 Fill in, in your copy of lessons/exercises/skeletons/ex17_even_ctas.py:
