@@ -39,17 +39,28 @@ LATENCY_BASE, LATENCY_PER_COLUMN = 8000, 64
 TILE_OVERHEAD = FEED_WEIGHT * 256
 # A persistent walk at K >= 4096 launches the fewest CTAs that take as many waves (KernelConfig.even_waves: 128
 # instead of 132 at 512 tiles): each walks the longest walk or one tile fewer. The CTAs left out would not shorten
-# the longest walk; fewer run faster in cycles, not by a higher clock (the same SM clock and power, recorded by
-# bench configs --clocks, results/sweep_even_waves_clocks.json; at 4096 x 4096 x 7168, 105 against 123 MB read from
-# DRAM under ncu, results/ncu_even_waves_h200.txt). Measured on an H200, round by round against production in one
+# the longest walk. Why fewer run faster is not settled: not by a higher median clock (bench configs --clocks,
+# results/sweep_even_waves_clocks.json), and at 4096 x 4096 x 7168 ncu counts 105 against 123 MB read from DRAM
+# (results/ncu_even_waves_h200.txt; docs/benchmarks.md "Even waves at long K"). Measured on an H200, round by round against production in one
 # run (results/sweep_even_waves_paired.json, results/sweep_cta_count_paired.json, 8 rounds, median of the per-round
 # ratios): +3.0% at 4096 x 2112 x 7168 (every round ahead), +2.3/+2.4% at 4096 x 4096 x 7168 (every round ahead
 # in both runs), +2.7/+1.4% at 4096 x 7168 x 16384 (7 of 8 rounds ahead in both); at K = 512, -1.2%
 # (128 x 32768 x 512) and -1.4% (4096 x 32768 x 512), every round behind; at K = 1536-2048 within the rounds'
-# spread. Between (results/sweep_even_waves_k.json): ahead in every round at K = 2048-5120 on nine shapes, by
-# +0.3 to +1.0% but +2.4% at 2048 x 7168 x 4096, so below 4096 no gain passes docs/benchmarks.md's 1.3% rule and
-# the threshold stays. A BF16 D through the TMA epilogue only; no H100 was lent.
+# spread; +0.6% in a third run at 4096 x 7168 x 16384, not decided (results/sweep_even_waves_clocks.json). The
+# threshold was set between K = 2048 (within the spread) and 7168 (decided). A later sweep
+# (results/sweep_even_waves_k.json) finds no step at 4096: from K = 2048 to 5120 every shape is ahead in every round
+# (one a tie), by +0.3 to +1.0% (+2.4% at 2048 x 7168 x 4096), none decided by docs/benchmarks.md's 1.3% rule, so
+# the threshold stays until a run decides below it. A BF16 D through the TMA epilogue only; no H100 was lent.
 EVEN_WAVES_MIN_K = 4096
+
+
+def evens_waves(persistent: bool, k: int, out_dtype: str = "bf16", accumulate: bool = False,
+                epilogue: str = "tma") -> bool:
+    """Production's even-waves rule (EVEN_WAVES_MIN_K): a persistent walk at long K, measured with a BF16 D through
+    the TMA epilogue only (stage 17 asks the same of its config)."""
+    return persistent and k >= EVEN_WAVES_MIN_K and out_dtype == "bf16" and not accumulate and epilogue == "tma"
+
+
 # Decode (M <= 32): tiles at least 64 wide, and M <= 16 with K >= 4096 and few tiles splits each tile's K blocks
 # over a 2-CTA cluster. Measured on the H100 (results/sweep_decode_split.json): at 16 x 2112 x 7168, 33 tiles of
 # 64 x 64 ran 1.20x faster than the 132 of 64 x 16 the model prefers (a narrow tile's A box is mostly TMA zero-fill
@@ -399,8 +410,7 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
                           epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate,
                           pdl=m <= 128 and not persistent, split_k=split_k,
-                          even_waves=(persistent and k >= EVEN_WAVES_MIN_K and out_dtype == "bf16"
-                                      and not accumulate and epilogue == "tma"))
+                          even_waves=evens_waves(persistent, k, out_dtype, accumulate, epilogue))
     if paired_k_blocks(config):
         config = config.replace(accumulators=2)
     stages = max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit)

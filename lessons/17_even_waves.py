@@ -12,19 +12,19 @@ SMs), rounded up to whole clusters (stage 09's pairs) and kept within the SMs
 (``%nctaid``), so only the launch changes (``python -m lessons diff 16 17`` shows no SASS difference). In cycles
 the kernel still takes four tiles' time.
 
-Why fewer CTAs run faster is not the clock. The hypothesis this stage started from: a long-K FP8 walk runs at the
-GPU's power limit (700 W), where power sets the clock, and the short walks draw power without shortening anything.
-Recorded (``python -m gemm bench configs ... --clocks``, nvidia-smi every 10 ms through each round;
-results/sweep_even_waves_clocks.json), both grids run at the power cap at the same SM clock: 1,714 against 1,718 MHz
-at the ladder's shape, 1,868 against 1,875 at 4096 x 2112 x 7168, and even waves is still ahead (1.0% and 2.2%,
-every round). Under ncu at a locked clock it is ahead too (206.2 against 207.2 us; results/ncu_even_waves_h200.txt),
-so the gain is in cycles. At the ladder's shape ncu says where: 105 MB read from DRAM against 123 (L2 hit rate 87%
-against 82%). 128 CTAs start each wave on exactly 8 tile rows by 16 tile columns, a whole half of stage 08's raster
-group (:func:`gemm.kernel.tile_scheduler.tile_coords`), and read those A and B rows once; 132 CTAs start waves that
-straddle 9 rows and up to 24 columns. At 4096 x 2112 x 7168 even waves reads more (76 against 72 MB) and still
-gains: there the cause is not found.
+Why fewer CTAs run faster is not settled. The hypothesis this stage started from: a long-K FP8 walk runs at the
+GPU's power limit (700 W), where power sets the clock, and the short walks draw power without shortening anything,
+so fewer CTAs would run at a higher clock. Recorded (``python -m gemm bench configs ... --clocks``, nvidia-smi's SM
+clock and power sampled through each round; results/sweep_even_waves_clocks.json), the even grid's median clock is
+not higher: 1,714 against 1,718 MHz at the ladder's shape (706 and 703 W, at the cap), 1,868 against 1,875 at
+4096 x 2112 x 7168, while it is ahead by 1.0% and 2.2%, every round. Single rounds differ by up to 90 MHz either
+way and a round holds few samples, so a small clock effect is not ruled out. What ncu does show at the ladder's
+shape (one call each; results/ncu_even_waves_h200.txt): 105 MB read from DRAM against 123 (L2 hit rate 87% against
+82%). 128 CTAs start each wave on exactly 8 tile rows by 16 tile columns, half of stage 08's raster group
+(:func:`gemm.kernel.tile_scheduler.tile_coords`); 132 start waves that straddle 9 rows and up to 24 columns. At
+4096 x 2112 x 7168 even waves reads more (76 against 72 MB) and still gains: there no cause is found.
 
-Where it applies is production's rule (:data:`gemm.heuristics.EVEN_WAVES_MIN_K`): persistent walks with K >= 4096.
+Where it applies is production's rule (:func:`gemm.heuristics.evens_waves`): persistent walks with K >= 4096.
 At K = 512 it measured 1.2-1.4% slower, in every round.
 
 Measured on an H200 with production's kernels, round by round against the same config without it, 8 rounds in one
@@ -43,7 +43,7 @@ Measured: 1,450 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H200, 1.01x stage 16; 
 QGMMA, 1,979 TFLOP/s), 73% of the FP8 peak (results/ladder_h200.json, `python -m lessons ladder`).
 """
 import lessons
-from gemm.heuristics import EVEN_WAVES_MIN_K
+from gemm.heuristics import evens_waves
 from lessons.generated import GeneratedStage
 
 IDEA = "even waves: the fewest CTAs that take as many waves, so every CTA walks the longest walk or one tile fewer"
@@ -53,9 +53,10 @@ EMITTER = "gemm.kernel.launch.grid"
 
 
 def evened(m: int, n: int, k: int) -> bool:
-    """Whether the stage launches even waves at (m, n, k): production's rule (a persistent walk, K >= 4096) on
-    stage 16's config."""
-    return lessons.stage(16).config(m, n, k).persistent and k >= EVEN_WAVES_MIN_K
+    """Whether the stage launches even waves at (m, n, k): production's rule (:func:`gemm.heuristics.evens_waves`)
+    on stage 16's config."""
+    config = lessons.stage(16).config(m, n, k)
+    return evens_waves(config.persistent, k, config.out_dtype, config.accumulate, config.epilogue)
 
 
 CHANGE = {"even_waves": evened}

@@ -142,7 +142,8 @@ def sweep_block(result: dict) -> str:
 def _clock_text(row: dict) -> str:
     """A config's median SM clock and board power over its rounds (bench configs --clocks), "1714 / 706"."""
     mhz, watts = row.get("sm_mhz"), row.get("power_w")
-    return f"{mhz:.0f} / {watts:.0f}" if mhz is not None and watts is not None else "-"
+    return " / ".join("-" if value is None else f"{value:.0f}" for value in (mhz, watts)) \
+        if (mhz, watts) != (None, None) else "-"
 
 
 def _vs_first(row: dict) -> str:
@@ -167,11 +168,12 @@ def _missing(command: str, name: str) -> str:
 H200_LADDER = "ladder_h200.json"  # python -m lessons ladder on an H200 (--out elsewhere, then copied here)
 
 
-def measured_stages(result: dict) -> set[int]:
-    """The stages whose "Measured:" line ``result`` (a ladder run) gives: an ok row at the stage's home shape."""
+def measured_stages(result: dict, *, ok_only: bool = True) -> set[int]:
+    """The stages whose "Measured:" line ``result`` (a ladder run) gives: an ok row at the stage's home shape
+    (``ok_only=False``: any row, a failed one included)."""
     shape = _shape(result)
     return {row["stage"] for row in result["rows"] if isinstance(row.get("stage"), int)
-            and row.get("status") == "ok" and home_shape(row["stage"]) == shape}
+            and (row.get("status") == "ok" or not ok_only) and home_shape(row["stage"]) == shape}
 
 
 def _shape(result: dict) -> tuple[int, int, int]:
@@ -187,9 +189,10 @@ def measured_lines(result: dict, lessons_dir: Path, *, source: str | None = None
     m, n, k = _shape(result)
     rendered = {}
     source, command = source or ladder_file((m, n, k)), result["command"]
+    wanted = measured_stages(result) - set(skip)
     for row in with_bounds(result["rows"], (m, n, k)):
         number = row.get("stage")
-        if number not in measured_stages(result) - set(skip):
+        if number not in wanted:
             continue  # each stage's line comes from the run at its home shape
         matches = sorted(lessons_dir.glob(f"{number:02d}_*.py"))
         if not matches:
@@ -350,10 +353,11 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
     if lessons is not None:
         for path in ([ladder_json] if ladder_json.exists() else []) + other_ladders:
             rendered.update(measured_lines(read_result(path), lessons))
-        # a stage newer than the reference run (results/ladder.json, H100) takes its line from the H200 ladder
+        # a stage newer than the reference run (results/ladder.json, H100) takes its line from the H200 ladder; a
+        # stage the reference ran, even one that failed there, does not (the H200 would hide the failure)
         h200_json = results / H200_LADDER
         if h200_json.exists():
-            covered = measured_stages(read_result(ladder_json)) if ladder_json.exists() else set()
+            covered = measured_stages(read_result(ladder_json), ok_only=False) if ladder_json.exists() else set()
             rendered.update(measured_lines(read_result(h200_json), lessons, source=H200_LADDER, skip=covered))
     if lessons is not None:
         rendered.update(ablation_lines(results, lessons, rendered))

@@ -55,26 +55,58 @@ def _fake_sampler(tmp_path: Path) -> list[str]:
 
 
 def test_a_background_sampler_fills_each_rounds_window(tmp_path):
-    with ClockLog(command=_fake_sampler(tmp_path)) as log:
-        deadline = time.monotonic() + 20
-        while Path(log._file.name).stat().st_size == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)  # the fake's interpreter is starting
+    with ClockLog(command=_fake_sampler(tmp_path)) as log:  # returns once the sampler's first line is written
+        files = [Path(log._out.name), Path(log._err.name)]
         for _ in range(2):
             with log.window():
                 time.sleep(0.1)
     assert len(log.windows) == 2 and all(w.end is not None for w in log.windows)
+    assert log._process.poll() is not None and not any(path.exists() for path in files) and log.error is None
     for window in log.windows:
         assert window.summary["samples"] >= 1 and window.summary["sm_mhz"] == 1800
         assert window.summary["reasons"] == ["power cap"]
 
 
-def test_without_a_sampler_the_windows_stay_empty():
-    log = ClockLog(command=None)
-    log.command, log.available = None, False
+def test_without_nvidia_smi_there_is_no_sampler_and_the_windows_stay_empty(monkeypatch):
+    from gemm.testing import clock_log
+    monkeypatch.setattr(clock_log.shutil, "which", lambda name: None)
+    assert clock_log.query_fields("00000000:19:00.0") is None and clock_log.query_fields(None) is None
+    log = ClockLog("00000000:19:00.0")
+    assert not log.available
     with log:
         with log.window():
             pass
-    assert log.windows[0].summary == {}
+    assert log.windows[0].summary == {} and log.error is None
+
+
+def test_a_sampler_that_exits_at_once_is_reported_with_its_stderr_and_leaves_no_files(tmp_path):
+    command = [sys.executable, "-c", "import sys; sys.stderr.write('no such GPU'); sys.exit(3)"]
+    with ClockLog(command=command) as log:
+        files = [Path(log._out.name), Path(log._err.name)]
+        with log.window():
+            pass
+    assert log.error == f"{sys.executable} exited with 3: no such GPU"
+    assert log.windows[0].summary == {"samples": 0} and not any(path.exists() for path in files)
+
+
+def test_a_sampler_that_cannot_start_is_an_error_not_a_crash():
+    with ClockLog(command=["/nonexistent/nvidia-smi"]) as log:
+        with log.window():
+            pass
+    assert log.error.startswith("/nonexistent/nvidia-smi:") and log.windows[0].summary == {}
+
+
+def test_the_sampler_is_stopped_and_its_files_removed_when_the_timed_code_raises(tmp_path):
+    log = ClockLog(command=_fake_sampler(tmp_path))
+    try:
+        with log:
+            files = [Path(log._out.name), Path(log._err.name)]
+            with log.window():
+                raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert log._process.poll() is not None and not any(path.exists() for path in files)
+    assert log.windows[0].end is not None
 
 
 def test_each_timed_round_is_a_window_and_rows_get_the_rounds_clocks():
@@ -104,6 +136,18 @@ def test_each_timed_round_is_a_window_and_rows_get_the_rounds_clocks():
                          clock_log=FakeLog(), windows=windows)
     assert times == {"a": [1.0, 1.0], "b": [1.0, 1.0]} and [len(windows[n]) for n in "ab"] == [2, 2]
     a, b = clock_fields(windows["a"]), clock_fields(windows["b"])  # palindrome: a, b, b, a
-    assert a == {"round_mhz": [1700.0, 1800.0], "round_w": [686.0, 600.0], "clock_reasons": ["power cap"],
-                 "sm_mhz": 1750.0, "power_w": 643.0}
-    assert b["round_mhz"] == [1750.0, None] and b["sm_mhz"] == 1750.0
+    assert a == {"round_mhz": [1700.0, 1800.0], "round_w": [686.0, 600.0], "round_samples": [3, 2],
+                 "round_reasons": [["power cap"], []], "sm_mhz": 1750.0, "power_w": 643.0}
+    assert b["round_mhz"] == [1750.0, None] and b["sm_mhz"] == 1750.0 and b["round_samples"] == [3, 0]
+
+
+def test_a_sweeps_table_shows_each_configs_clock_and_power_where_they_were_recorded():
+    from lessons.render_docs import _clock_text, sweep_block
+    rows = [{"m": 1, "n": 2, "k": 3, "name": "a", "tflops": 10.0, "sm_mhz": 1714.2, "power_w": 705.6},
+            {"m": 1, "n": 2, "k": 3, "name": "b", "tflops": 9.0, "vs_first": 0.9, "sm_mhz": None, "power_w": None}]
+    table = sweep_block({"device": {"name": "GPU"}, "date": "d", "command": "c", "configs": ["a", "b"], "rows": rows})
+    assert "`a` SM MHz / W" in table and "| 1 | 2 | 3 | 10 | 9 | 0.90x | 1714 / 706 | - |" in table
+    assert _clock_text({"sm_mhz": 1700.0, "power_w": None}) == "1700 / -"
+    unclocked = sweep_block({"device": {"name": "GPU"}, "date": "d", "command": "c", "configs": ["a", "b"],
+                             "rows": [{k: v for k, v in r.items() if k not in ("sm_mhz", "power_w")} for r in rows]})
+    assert "MHz" not in unclocked

@@ -629,3 +629,49 @@ def test_deepgemms_timers_need_a_cuda_gpu():
     for call in (lambda: bench_kineto(lambda: None, "fp8_gemm"), lambda: bench(lambda: None)):
         with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
             call()
+
+
+def _ladder_run(device: str, rows: list[dict]) -> dict:
+    from lessons.ladder import LADDER_SHAPE
+    m, n, k = LADDER_SHAPE
+    return {"device": {"name": device}, "date": "d", "command": "python -m lessons ladder",
+            "shape": {"m": m, "n": n, "k": k}, "rows": rows}
+
+
+def _stage_row(stage: int, tflops: float, status: str = "ok") -> dict:
+    return {"stage": stage, "label": f"{stage:02d}", "time_us": 100.0, "tflops": tflops, "status": status}
+
+
+def test_a_stage_the_reference_ladder_lacks_takes_its_measured_line_from_the_h200_ladder(tmp_path):
+    """results/ladder.json (the H100 reference) gives each stage it ran its "Measured:" line, even where that row
+    failed (the H200 must not hide it); only a stage it never ran takes the H200 ladder's (results/ladder_h200.json),
+    which names its file and device."""
+    import shutil
+    lessons_dir, results = tmp_path / "lessons", tmp_path / "results"
+    lessons_dir.mkdir()
+    results.mkdir()
+    for number in (16, 17):
+        source = next((ROOT / "lessons").glob(f"{number:02d}_*.py"))
+        shutil.copy(source, lessons_dir / source.name)
+    h100 = _ladder_run("NVIDIA H100 80GB HBM3", [_stage_row(14, 1400.0), _stage_row(17, 0.0, "WRONG")])
+    h200 = _ladder_run("NVIDIA H200", [_stage_row(16, 1440.0), _stage_row(17, 1449.7)])
+    covered = render_docs.measured_stages(h100, ok_only=False)
+    assert covered == {14, 17} and render_docs.measured_stages(h100) == {14}
+    assert render_docs.measured_lines(h200, lessons_dir, source="ladder_h200.json", skip=covered) == {}
+    rendered = render_docs.measured_lines(h200, lessons_dir, source="ladder_h200.json", skip={14})
+    text = rendered[next(lessons_dir.glob("17_*.py"))]
+    flat = " ".join(text.split())
+    assert "Measured: 1,450 TFLOP/s" in flat and "NVIDIA H200" in flat and "results/ladder_h200.json" in flat
+
+
+def test_every_stages_measured_line_cites_a_committed_result():
+    """A "Measured:" line names the result file it was drawn from; that file is committed (a line left behind by
+    a deleted or renamed result would otherwise pass `lessons docs --check`)."""
+    import re
+    cited = 0
+    for path in sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py")):
+        text = " ".join(path.read_text().split())
+        for line in re.findall(r"Measured: .*?\(results/([\w.]+\.json)", text):
+            assert (ROOT / "results" / line).exists(), (path.name, line)
+            cited += 1
+    assert cited >= 17  # stages 01-17 each cite their run

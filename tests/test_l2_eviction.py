@@ -226,6 +226,6 @@ def test_bench_grouped_options_of_beside_alone_are_refused():
     from argparse import Namespace
     from gemm.testing.bench_grouped import run
     with pytest.raises(SystemExit, match="go with --beside"):
-        run(Namespace(beside=None, masked_decode=True, rounds=None, flush=None, out=None))
+        run(Namespace(beside=None, masked_decode=True, rounds=None, flush=None, warmup=None, out=None))
     with pytest.raises(SystemExit, match="go with --beside"):
         run(Namespace(beside=None, masked_decode=False, rounds=None, flush=None, warmup=2, out=None))

@@ -23,7 +23,7 @@ import statistics
 
 import numpy as np
 
-from gemm.testing.clock_log import ClockLog
+from gemm.testing.clock_log import ClockLog, query_fields
 from gemm.testing.l2_flush import FLUSHES
 from gemm.testing.problems import checked_run, device_problem, flops, gemm_bytes, random_problem, reference_rows
 from gemm.testing.records import Column, device_info, format_table, gpu_bus_id, write_result
@@ -108,12 +108,12 @@ def timed_rounds(launches: dict, timer, rounds: int, warmup: int = 0, *, clock_l
 
 def clock_fields(windows: list) -> dict:
     """A config's rounds' clock log as row fields: each round's median SM clock and power (None where no sample
-    fell inside the round), their medians, and every clock event reason seen."""
+    fell inside the round), its sample count and clock event reasons, and the medians over the rounds."""
     mhz = [w.summary.get("sm_mhz") for w in windows]
     watts = [w.summary.get("power_w") for w in windows]
-    reasons = sorted({reason for w in windows for reason in w.summary.get("reasons", [])})
     known_mhz, known_watts = [v for v in mhz if v is not None], [v for v in watts if v is not None]
-    return {"round_mhz": mhz, "round_w": watts, "clock_reasons": reasons,
+    return {"round_mhz": mhz, "round_w": watts, "round_samples": [w.summary.get("samples", 0) for w in windows],
+            "round_reasons": [w.summary.get("reasons", []) for w in windows],
             "sm_mhz": statistics.median(known_mhz) if known_mhz else None,
             "power_w": statistics.median(known_watts) if known_watts else None}
 
@@ -165,6 +165,7 @@ CONFIG_COLUMNS = [Column("name", "config name", align="left"), Column("config", 
                   Column("status", "status", align="left")]
 # bench configs' terminal table: each config's speed against the first, round by round (paired_text)
 SWEEP_COLUMNS = CONFIG_COLUMNS[:-2] + [Column("paired", "vs first, paired", align="left")] + CONFIG_COLUMNS[-2:]
+CLOCK_INTERVAL_MS = 10  # nvidia-smi -lms: a 30-170 us kernel's round of graph replays spans tens of ms
 # with --clocks: each config's median SM clock and board power over its timed rounds (clock_fields)
 CLOCK_COLUMNS = [Column("sm_mhz", "SM MHz", "{:.0f}"), Column("power_w", "power (W)", "{:.0f}")]
 
@@ -215,12 +216,18 @@ def configs_for_shape(names, m: int, n: int, k: int) -> tuple[dict, list[dict]]:
 def run(args) -> int:
     from gemm.testing.bench_dense import parse_shapes
     rows = []
-    clock_log_factory = None
+    clock_log_factory, shape_logs = None, []
     if args.clocks:
-        clock_log_factory = functools.partial(ClockLog, gpu_bus_id())
-        if not clock_log_factory().available:
+        gpu = gpu_bus_id()
+        fields = query_fields(gpu)  # asked once: each shape's log samples the same fields
+        if fields is None:
             print("--clocks: nvidia-smi cannot sample this GPU's clock and power here; timing without them")
-            clock_log_factory = None
+        else:
+            def sampled_log():
+                log = ClockLog(gpu, CLOCK_INTERVAL_MS, fields=fields)
+                shape_logs.append(log)
+                return log
+            clock_log_factory = sampled_log
     columns = SWEEP_COLUMNS[:-2] + CLOCK_COLUMNS * bool(clock_log_factory) + SWEEP_COLUMNS[-2:]
     for m, n, k in parse_shapes(args.shapes):
         configs, skipped = configs_for_shape(args.configs, m, n, k)
@@ -234,6 +241,10 @@ def run(args) -> int:
             if timed and "time_us" in row:
                 row["vs_first"] = timed[0]["time_us"] / row["time_us"]
         print(f"M={m} N={n} K={k}")
+        for log in shape_logs:
+            if log.error:
+                print(f"--clocks: the sampler gave nothing ({log.error}); the clock columns are empty")
+        shape_logs.clear()
         print(format_table(columns, [dict(row, paired=paired_text(row.get("vs_first_paired")))
                                            for row in shape_rows]), flush=True)
         rows += shape_rows
@@ -252,8 +263,9 @@ def run(args) -> int:
         if args.warmup:
             timing += f"; {args.warmup} untimed pass{'es' * (args.warmup > 1)} first"
         if clock_log_factory is not None:
-            timing += ("; round_mhz / round_w: nvidia-smi's SM clock and board power every 10 ms, each round's "
-                       "median (sm_mhz / power_w: the median of those)")
+            timing += (f"; round_mhz / round_w: nvidia-smi's SM clock and board power every {CLOCK_INTERVAL_MS} "
+                       "ms, the median of the samples from a round's graph capture to its last replay (round_samples "
+                       "of them; sm_mhz / power_w: the median over the rounds)")
         write_result(args.json, command=command, rows=rows, device=device_info(), configs=args.configs, timing=timing)
     return 0 if all(r["status"] == "ok" or r["status"].startswith("n/a") for r in rows) else 1
 

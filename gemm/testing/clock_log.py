@@ -13,6 +13,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,40 +77,66 @@ def summarize(samples: list[Sample], start: datetime.datetime, end: datetime.dat
             "temperature_c": max(s.temperature_c for s in inside), "reasons": reason_names(reasons)}
 
 
-def query_fields(gpu: str) -> tuple[str, ...] | None:
-    """The first of FIELD_SETS this nvidia-smi answers for ``gpu``; None without nvidia-smi."""
-    if shutil.which("nvidia-smi") is None:
+def query_fields(gpu: str | None) -> tuple[str, ...] | None:
+    """The first of FIELD_SETS this nvidia-smi answers for ``gpu``; None without nvidia-smi, a GPU it can name, or
+    an answer."""
+    if gpu is None or shutil.which("nvidia-smi") is None:
         return None
     for fields in FIELD_SETS:
-        done = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
-                               "-i", gpu], capture_output=True, text=True, timeout=20)
+        try:
+            done = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
+                                   "-i", gpu], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return None
         if done.returncode == 0 and "[N/A]" not in done.stdout and "Not Supported" not in done.stdout:
             return fields
     return None
 
 
 class ClockLog:
-    """``with ClockLog(gpu) as log:`` samples ``gpu`` (what nvidia-smi's -i takes: a PCI bus id names the GPU
+    """``with ClockLog(gpu, fields) as log:`` samples ``gpu`` (what nvidia-smi's -i takes: a PCI bus id names the GPU
     whatever CUDA_VISIBLE_DEVICES says) every ``interval_ms`` into a file; ``with log.window() as w:`` marks a
-    round. When the ``with`` ends, every window's ``summary`` is filled. ``command``: the sampler's argv (tests pass
-    a fake); by default nvidia-smi's, and ``available`` is False (windows stay empty) where it cannot run."""
+    round. When the ``with`` ends, every window's ``summary`` is filled. ``fields``: a FIELD_SETS set
+    (:func:`query_fields`, asked once by the caller; None: asked here). ``command``: the sampler's argv (tests pass
+    a fake). ``available`` is False where there is no sampler to run; ``error`` says why a sampler that ran gave
+    nothing (it exited early: its stderr), and the windows then stay empty."""
 
-    def __init__(self, gpu: str = "0", interval_ms: int = 10, command: list[str] | None = None):
-        fields = None if command is not None else query_fields(gpu)
-        self.command = command or (["nvidia-smi", f"--query-gpu=timestamp,{','.join(fields)}",
-                                    "--format=csv,noheader,nounits", "-lms", str(interval_ms), "-i", gpu]
-                                   if fields else None)
-        self.fields = fields
-        self.available = self.command is not None
+    START_SECONDS = 10.0  # the first line: nvidia-smi starts NVML before it samples
+
+    def __init__(self, gpu: str | None = "0", interval_ms: int = 10, command: list[str] | None = None,
+                 fields: tuple[str, ...] | None = None):
+        if command is None:
+            fields = fields or query_fields(gpu)
+            command = (["nvidia-smi", f"--query-gpu=timestamp,{','.join(fields)}", "--format=csv,noheader,nounits",
+                        "-lms", str(interval_ms), "-i", gpu] if fields else None)
+        self.command, self.fields, self.interval_ms = command, fields, interval_ms
+        self.available = command is not None
+        self.error: str | None = None
         self.windows: list[Window] = []
         self.samples: list[Sample] = []
+        self._process = self._out = self._err = None
 
     def __enter__(self) -> "ClockLog":
-        if self.available:
-            # a file, not a pipe: nothing reads until the end, and a full pipe would stop nvidia-smi mid-run
-            self._file = tempfile.NamedTemporaryFile("w+", suffix=".csv", delete=False)
-            self._process = subprocess.Popen(self.command, stdout=self._file, stderr=subprocess.DEVNULL, text=True)
+        if not self.available:
+            return self
+        # files, not pipes: nothing reads until the end, and a full pipe would stop nvidia-smi mid-run
+        self._out = tempfile.NamedTemporaryFile("w+", suffix=".csv", delete=False)
+        self._err = tempfile.NamedTemporaryFile("w+", suffix=".err", delete=False)
+        try:
+            self._process = subprocess.Popen(self.command, stdout=self._out, stderr=self._err, text=True)
+        except OSError as error:
+            self.error = f"{self.command[0]}: {error}"
+            self._close_files()
+            return self
+        self._wait_for_first_line()
         return self
+
+    def _wait_for_first_line(self) -> None:
+        """Until the sampler has written (so the first window has samples) or exited, at most START_SECONDS."""
+        deadline = time.monotonic() + self.START_SECONDS
+        path = Path(self._out.name)
+        while path.stat().st_size == 0 and self._process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def window(self) -> "_Marker":
         window = Window(datetime.datetime.now())
@@ -117,19 +144,34 @@ class ClockLog:
         return _Marker(window)
 
     def __exit__(self, *exc) -> None:
-        if not self.available:
+        if self._process is None:
             return
-        self._process.terminate()
         try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-        self._file.close()
-        path = Path(self._file.name)
-        self.samples = parse_samples(path.read_text())
-        path.unlink(missing_ok=True)
+            exited = self._process.poll()
+            if exited is None:
+                self._process.terminate()
+                try:
+                    self._process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait()
+            self._out.flush()
+            self.samples = parse_samples(Path(self._out.name).read_text())
+            if exited is not None:  # it stopped by itself: say so, with what it said
+                stderr = Path(self._err.name).read_text().strip()
+                self.error = f"{self.command[0]} exited with {exited}" + (f": {stderr[-300:]}" if stderr else "")
+        finally:
+            self._close_files()
+        # naive local times on both sides (nvidia-smi's timestamp and datetime.now()): one machine, one clock
+        # (a daylight-saving change inside a run would misplace its windows)
         for window in self.windows:
             window.summary = summarize(self.samples, window.start, window.end or window.start)
+
+    def _close_files(self) -> None:
+        for handle in (self._out, self._err):
+            if handle is not None:
+                handle.close()
+                Path(handle.name).unlink(missing_ok=True)
 
 
 class _Marker:

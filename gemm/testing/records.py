@@ -75,7 +75,8 @@ def _gpu_facts(ordinal: int | None = None) -> dict:
         "memory_bytes": int(_check(driver.cuDeviceTotalMem(device))),
         "driver_cuda_version": _cuda_version_string(int(_check(driver.cuDriverGetVersion()))),
     }
-    clocks = _nvidia_smi_clocks(gpu_bus_id(ordinal))
+    bus_id = gpu_bus_id(ordinal)
+    clocks = _nvidia_smi_clocks(bus_id) if bus_id else None
     if clocks is None:  # no nvidia-smi: the driver knows only the maximum clocks
         clocks = {"sm_clock_max_mhz": attribute("CU_DEVICE_ATTRIBUTE_CLOCK_RATE") // 1000,
                   "mem_clock_max_mhz": attribute("CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE") // 1000,
@@ -86,14 +87,15 @@ def _gpu_facts(ordinal: int | None = None) -> dict:
     return facts
 
 
-def gpu_bus_id(ordinal: int | None = None) -> str:
+def gpu_bus_id(ordinal: int | None = None) -> str | None:
     """Device ``ordinal``'s (default: the current device's) PCI bus id, what nvidia-smi's -i takes: it names the same
-    GPU whatever CUDA_VISIBLE_DEVICES says; the ordinal as text where the driver does not say."""
+    GPU whatever CUDA_VISIBLE_DEVICES says. None where the driver does not say (the CUDA ordinal is no substitute:
+    nvidia-smi numbers the GPUs its own way)."""
     driver = _driver()
     ordinal = _ensure_primary_context(ordinal)
     device = _check(driver.cuDeviceGet(ordinal))
     err, bus_id = driver.cuDeviceGetPCIBusId(32, device)
-    return bus_id.split(b"\0")[0].decode() if err == driver.CUresult.CUDA_SUCCESS and bus_id else str(ordinal)
+    return bus_id.split(b"\0")[0].decode() or None if err == driver.CUresult.CUDA_SUCCESS and bus_id else None
 
 
 def _cuda_version_string(version: int) -> str:
