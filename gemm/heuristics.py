@@ -39,9 +39,10 @@ LATENCY_BASE, LATENCY_PER_COLUMN = 8000, 64
 TILE_OVERHEAD = FEED_WEIGHT * 256
 # A persistent walk at K >= 4096 launches the fewest CTAs that take as many waves (KernelConfig.even_waves: 128
 # instead of 132 at 512 tiles): each walks the longest walk or one tile fewer. The CTAs left out would not shorten
-# the longest walk. Why fewer run faster is not settled: not by a higher median clock (bench configs --clocks,
-# results/sweep_even_waves_clocks.json), and at 4096 x 4096 x 7168 ncu counts 105 against 123 MB read from DRAM
-# (results/ncu_even_waves_h200.txt; docs/benchmarks.md "Even waves at long K"). Measured on an H200, round by round against production in one
+# the longest walk. Fewer run faster in cycles, not by a higher clock: the median clock is not higher (bench configs
+# --clocks, results/sweep_even_waves_clocks.json), and with the clock locked by ncu they take 1.5-2.4% fewer cycles
+# (results/ncu_graph_ew_*.txt); at 4096 x 4096 x 7168 they read 108 against 123 MB from DRAM (docs/benchmarks.md
+# "Even waves at long K"). Measured on an H200, round by round against production in one
 # run (results/sweep_even_waves_paired.json, results/sweep_cta_count_paired.json, 8 rounds, median of the per-round
 # ratios): +3.0% at 4096 x 2112 x 7168 (every round ahead), +2.3/+2.4% at 4096 x 4096 x 7168 (every round ahead
 # in both runs), +2.7/+1.4% at 4096 x 7168 x 16384 (7 of 8 rounds ahead in both); at K = 512, -1.2%

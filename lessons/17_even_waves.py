@@ -12,17 +12,18 @@ SMs), rounded up to whole clusters (stage 09's pairs) and kept within the SMs
 (``%nctaid``), so only the launch changes (``python -m lessons diff 16 17`` shows no SASS difference). In cycles
 the kernel still takes four tiles' time.
 
-Why fewer CTAs run faster is not settled. The hypothesis this stage started from: a long-K FP8 walk runs at the
-GPU's power limit (700 W), where power sets the clock, and the short walks draw power without shortening anything,
-so fewer CTAs would run at a higher clock. Recorded (``python -m gemm bench configs ... --clocks``, nvidia-smi's SM
-clock and power sampled through each round; results/sweep_even_waves_clocks.json), the even grid's median clock is
-not higher: 1,714 against 1,718 MHz at the ladder's shape (706 and 703 W, at the cap), 1,868 against 1,875 at
-4096 x 2112 x 7168, while it is ahead by 1.0% and 2.2%, every round. Single rounds differ by up to 90 MHz either
-way and a round holds few samples, so a small clock effect is not ruled out. What ncu does show at the ladder's
-shape (one call each; results/ncu_even_waves_h200.txt): 105 MB read from DRAM against 123 (L2 hit rate 87% against
-82%). 128 CTAs start each wave on exactly 8 tile rows by 16 tile columns, half of stage 08's raster group
+Why fewer CTAs run faster: in cycles, not by a higher clock. The hypothesis this stage started from: a long-K FP8
+walk runs at the GPU's power limit (700 W), where power sets the clock, and the short walks draw power without
+shortening anything, so fewer CTAs would run at a higher clock. Recorded (``python -m gemm bench configs ...
+--clocks``, nvidia-smi's SM clock and power sampled through each round; results/sweep_even_waves_clocks.json), the
+even grid's median clock is not higher: 1,714 against 1,718 MHz at the ladder's shape (706 and 703 W, at the cap),
+1,868 against 1,875 at 4096 x 2112 x 7168, while it is ahead by 1.0% and 2.2%, every round. With the clock locked
+by ncu at 1.25 GHz, inside the timer's graph (20 calls each; results/ncu_graph_ew_*.txt), it is still ahead: 206.3
+against 207.6 us and 262.0k against 266.1k SM cycles at the ladder's shape, 118.9 against 120.1 us and 148.3k
+against 152.0k cycles at 4096 x 2112 x 7168. At the ladder's shape it also reads 108 MB from DRAM against 123: 128
+CTAs start each wave on exactly 8 tile rows by 16 tile columns, half of stage 08's raster group
 (:func:`gemm.kernel.tile_scheduler.tile_coords`); 132 start waves that straddle 9 rows and up to 24 columns. At
-4096 x 2112 x 7168 even waves reads more (76 against 72 MB) and still gains: there no cause is found.
+4096 x 2112 x 7168 even waves reads more (76 against 73 MB) and still saves cycles: there no cause is found.
 
 Where it applies is production's rule (:func:`gemm.heuristics.evens_waves`): persistent walks with K >= 4096.
 At K = 512 it measured 1.2-1.4% slower, in every round.

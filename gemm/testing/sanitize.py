@@ -139,11 +139,12 @@ def run(args) -> int:
     return 1 if failures else 0
 
 
-def time_in_graph(m: int, n: int, k: int, flush: str = "memset") -> int:
+def time_in_graph(m: int, n: int, k: int, flush: str = "memset", overrides: str = "") -> int:
     """Production's call on fresh inputs, timed once by the bench's timer (4 pairs of flush and call; ``flush``:
     "memset" or "clean", as ``bench --flush``): ncu's target when the kernel is to be profiled where the timer runs
     it, right after a flush inside the graph (``ncu --graph-profiling node --cache-control none``; DeepGEMM's side:
-    ``deepgemm_peer graph``)."""
+    ``deepgemm_peer graph``). ``overrides``: production's config with these fields replaced, as ``--once``'s
+    (``bench configs``' ``field=value,...``)."""
     from gemm.testing.timer import check_flush
     try:  # before the GPU check, so a wrong name is said on any machine
         check_flush(flush)
@@ -155,11 +156,22 @@ def time_in_graph(m: int, n: int, k: int, flush: str = "memset") -> int:
         print("sanitize --graph times the sm_90a kernels: it needs a Hopper GPU (none found)", file=sys.stderr)
         return 2
     import gemm
-    from gemm.testing.problems import TorchProblem, random_problem
+    from gemm.testing.bench_configs import parse_config
+    from gemm.testing.problems import TorchProblem, device_problem, random_problem
     from gemm.testing.timer import bench_kernel
-    problem = TorchProblem.from_host(*random_problem(m, n, k))
-    timing = bench_kernel(lambda stream: gemm.fp8_gemm_nt((problem.a, problem.sa), (problem.b, problem.sb),
-                                                          problem.out, stream=stream), pairs=4, reps=1, flush=flush)
+    host = random_problem(m, n, k)
+    print(f"{m}x{n}x{k}: {parse_config(f'production:{overrides}', m, n, k).describe()}")
+    if overrides:  # the config as bench configs times it (gemm.api.gemm on device arrays)
+        config, arrays = parse_config(f"production:{overrides}", m, n, k), device_problem(*host)
+
+        def launch(stream):
+            gemm.api.gemm(arrays.a, arrays.sa, arrays.b, arrays.sb, arrays.d, stream, config=config)
+    else:  # the public call, on torch tensors, as DeepGEMM's side is called
+        problem = TorchProblem.from_host(*host)
+
+        def launch(stream):
+            gemm.fp8_gemm_nt((problem.a, problem.sa), (problem.b, problem.sb), problem.out, stream=stream)
+    timing = bench_kernel(launch, pairs=4, reps=1, flush=flush)
     print(f"{m}x{n}x{k}: {timing}")
     return 0
 
@@ -167,8 +179,8 @@ def time_in_graph(m: int, n: int, k: int, flush: str = "memset") -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--once"]:
         sys.exit(run_once(*(int(v) for v in sys.argv[2:5]), *sys.argv[5:6]))
-    if sys.argv[1:2] == ["--graph"]:
-        sys.exit(time_in_graph(*(int(v) for v in sys.argv[2:5]), *sys.argv[5:6]))
+    if sys.argv[1:2] == ["--graph"]:  # --graph M N K [FLUSH [FIELD=VALUE,...]]
+        sys.exit(time_in_graph(*(int(v) for v in sys.argv[2:5]), *sys.argv[5:7]))
     parser = argparse.ArgumentParser(prog="python -m gemm.testing.sanitize")
     add_arguments(parser)
     sys.exit(run(parser.parse_args()))

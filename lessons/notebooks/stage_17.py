@@ -21,10 +21,10 @@ changes.
 **What changed vs 16:** `even_waves=True` on persistent walks with K >= 4096 (production's rule). Exercise 17: the
 count.
 
-Why it is faster is not settled. Not by a higher median clock, the hypothesis the stage started from: recorded
-through every round (`bench configs --clocks`), the even grid's median SM clock is 1,714 against 1,718 MHz, both at
-the power cap. Under ncu, at this shape it reads 105 MB from DRAM against 123: a wave of 128 CTAs starts on whole
-8 x 16 blocks of tiles. What was measured is the time: +2.3% at this shape with production's kernels, every round of eight ahead,
+Why it is faster: in cycles, not by a higher clock, the hypothesis the stage started from. Recorded through every
+round (`bench configs --clocks`), the even grid's median SM clock is 1,714 against 1,718 MHz, both at the power cap;
+with the clock locked by ncu it still takes 262.0k against 266.1k cycles. At this shape it reads 108 MB from DRAM
+against 123: a wave of 128 CTAs starts on whole 8 x 16 blocks of tiles. What was measured is the time: +2.3% at this shape with production's kernels, every round of eight ahead,
 and a loss at K = 512.
 
 What to look for: the same SASS as stage 16; fewer CTAs in the launch; each CTA's walk as long as the longest or one
