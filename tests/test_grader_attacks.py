@@ -457,3 +457,104 @@ def test_a_table_of_exercise_17s_fixed_cases_fails(tmp_path):
     report = grader.grade(17, path, mode="cpu", seeds=1, secret="", timeout=300)
     assert not report["passed"], grader.summary(report)
     assert any(c["name"] == "cta counts" and c["passed"] is False for c in report["checks"]), grader.summary(report)
+
+
+# ------------------------------------------------- the third red team (2026-11-28): the audit hook's own state
+def _landlock() -> bool:
+    from lessons.grading.landlock import abi_version
+    return abi_version() > 0
+
+
+LANDLOCK = pytest.mark.skipif(not _landlock(), reason="no Landlock in this kernel: the audit hook alone guards the "
+                                                      "oracle, and these routes rewrite its state (docs/course.md)")
+GC_CELLS = '''
+import gc
+for _o in gc.get_objects():
+    if type(_o).__name__ == "function" and _o.__name__ == "readable" and "oracle" in str(_o.__module__):
+        for _name, _cell in zip(_o.__code__.co_freevars, _o.__closure__):
+            if _name == "protected":
+                _cell.cell_contents = ()
+            if _name == "allowed_dirs":
+                _cell.cell_contents = tuple(_cell.cell_contents) + ("ROOT",)
+_own = open("ROOT/ptx/vocab/wgmma.py").read()
+'''
+FSDECODE = '''
+import os
+_real = os.fsdecode
+os.fsdecode = lambda raw: "/usr/lib/os-release" if "ROOT" in _real(raw) else _real(raw)
+_own = open("ROOT/ptx/vocab/wgmma.py").read()
+'''
+SPAWN = '''
+import os, sys
+sys.modules["lessons.grading.oracle"].PROCESS_EVENTS = frozenset()
+os.waitpid(os.posix_spawn("/bin/sh", ["sh", "-c", "cat ROOT/ptx/vocab/wgmma.py > MARKER"], {}), 0)
+'''
+WRITE_OUT = '''
+import os
+_real = os.fsdecode
+_decoy = os.path.abspath("decoy.txt")  # in the working directory: the hook allows writing there
+os.fsdecode = lambda raw: _decoy if "MARKER" in _real(raw) else _real(raw)
+open("MARKER", "w").write("out of the sandbox")
+'''
+
+
+@LANDLOCK
+@pytest.mark.parametrize("route", [GC_CELLS, FSDECODE, SPAWN, WRITE_OUT],
+                         ids=["hook's closure rewritten", "os.fsdecode swapped", "spawn events emptied",
+                              "write out with fsdecode swapped"])
+def test_a_solution_that_rewrites_the_audit_hooks_state_is_stopped_by_the_kernel(tmp_path, route):
+    """A red team rewrote the hook's closure cells (gc), swapped os.fsdecode so the hook checked a harmless path,
+    and emptied the module's refused events to start a root shell: the in-process hook is Python objects the
+    solution can reach. Landlock, set before the solution loads, refuses the same reads, writes and execs in the
+    kernel, and the report names the layers."""
+    marker = tmp_path / "marker.txt"
+    report = run(tmp_path, route.replace("MARKER", str(marker)) + UNFILLED)
+    assert not report["passed"] and "Permission denied" in failed_details(report), grader.summary(report)
+    assert not marker.exists()
+    assert report["sandbox"].startswith("landlock ABI") and "audit hook" in report["sandbox"]
+
+
+def test_landlock_grants_reading_around_the_refused_paths(tmp_path):
+    """Landlock only grants: a granted directory that holds a refused one (the project's packages in
+    site-packages, a repository under /usr) is granted entry by entry, less the refused; a named root inside a
+    refused path (the project copy in the temporary root) stays granted."""
+    from lessons.grading.landlock import read_roots
+    site = tmp_path / "site-packages"
+    for name in ("numpy", "gemm", "lessons", "torch"):
+        (site / name).mkdir(parents=True)
+    (site / "six.py").write_text("")
+    temp = tmp_path / "tmp"
+    (temp / "run" / "copy").mkdir(parents=True)
+    (temp / "other-run").mkdir()
+    roots = read_roots((str(temp / "run" / "copy"), str(site)), (str(site / "gemm"), str(site / "lessons"),
+                                                                 str(temp)))
+    assert roots == [str(temp / "run" / "copy"), str(site / "numpy"), str(site / "six.py"), str(site / "torch")]
+    assert read_roots((str(site),), ()) == [str(site)]
+
+
+def test_hostile_file_names_in_a_class_cannot_fake_a_verdict_or_a_formula(tmp_path, monkeypatch):
+    """A red team's class (2026-11-28): a file named "mallory  80 ∕ 80  PASSED<ESC>[8m.py" printed a fake verdict
+    and hid the real one; "=1+cmd|' -c calc'!A0.py" became a formula in gradebook.csv; the ESC made the class's
+    junit.xml unparseable. Names are now escaped on the console and in junit, and never a formula in the CSV."""
+    import csv
+    from xml.etree import ElementTree
+
+    from lessons.grading import gradebook
+    from lessons.grading.command import class_line
+    names = ["mallory  80 \u2215 80  PASSED\x1b[8m", "=1+cmd|' -c calc'!A0", "@SUM(A1)", "honest"]
+    for name in names:
+        (tmp_path / f"{name}.py").write_text("x = 1\n")
+    failed = {"passed": False, "checks": [{"passed": False, "graded": True, "category": "integrity", "name": "loads",
+                                           "detail": "no"}],
+              "score": {"points": 50, "possible": 80, "categories": {c: {"passed": 0, "graded": 1}
+                                                                     for c in gradebook.CATEGORIES}}}
+    monkeypatch.setattr(gradebook, "grade", lambda stage, path, **options: failed)
+    reports = gradebook.grade_class(17, tmp_path, out=tmp_path / "grades", jobs=1)
+    lines = [class_line(student, report) for student, report in reports.items()]
+    assert all(c.isprintable() for line in lines for c in line)
+    mallory = next(line for line in lines if line.startswith("mallory"))
+    assert "\\x1b[8m" in mallory and mallory.endswith("FAILED")
+    rows = list(csv.reader(open(tmp_path / "grades" / "gradebook.csv")))
+    cells = [cell for row in rows[1:] for cell in row[:2]]
+    assert not any(cell[:1] in "=+-@\t\r" for cell in cells if cell) and "'=1+cmd|' -c calc'!A0" in cells
+    ElementTree.parse(tmp_path / "grades" / "junit.xml")  # well-formed

@@ -52,6 +52,7 @@ def reference():
 
 
 RANDOM_CASES = 300
+RANDOM_MAX_SMS = 100_000
 
 
 def _cases():
@@ -71,8 +72,10 @@ def _cases():
                     cases.append((tiles, sms, cluster))
     draw = random.SystemRandom()
     for _ in range(RANDOM_CASES):
-        cluster = draw.choice((1, 2))
-        sms = cluster * draw.randint(1, 100)  # few waves: past about sms waves every count is sms itself
+        cluster = draw.choice((1, 2, 4))
+        # SM counts far past any GPU's and few waves (past about sms waves every count is sms itself): a domain of
+        # some 10^10 cases no table can hold (a table of every case with up to 200 SMs passed a red team's grading)
+        sms = cluster * draw.randint(1, RANDOM_MAX_SMS // cluster)
         cases.append((draw.randint(1, 8 * sms), sms, cluster))
     return cases
 

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from lessons.grading.grader import grade, summary
+from lessons.grading.grader import grade, printable, summary
 from lessons.grading.gradebook import grade_class
 from lessons.grading.plan import DEFAULT_SEEDS, DEFAULT_TIMEOUT_S, SECRET_ENV
 from lessons.grading.rubric import json_default
@@ -60,8 +60,7 @@ def main(args) -> int:
         out = args.out or args.class_dir / "grades"
         reports = grade_class(args.stage, args.class_dir, out=out, jobs=args.jobs, **options)
         for student, report in reports.items():
-            print(f"{student:<24} {report['score']['points']:>5g} / {report['score']['possible']:<3} "
-                  f"{'PASSED' if report['passed'] else 'FAILED'}")
+            print(class_line(student, report))
         print(f"gradebook: {out / 'gradebook.csv'} (and results.json per student, junit.xml)")
         return 0
     report = grade(args.stage, None if getattr(args, "reference", False) else args.solution, **options)
@@ -71,3 +70,11 @@ def main(args) -> int:
         Path(args.json).write_text(json.dumps(report, indent=1, default=json_default) + "\n")
         print(f"report: {args.json}")
     return 0 if report["passed"] else 1
+
+
+def class_line(student: str, report: dict) -> str:
+    """One student's line of ``--class``: the name as the file system gave it, control characters escaped (a file
+    named ``mallory 80 / 80 PASSED<ESC>[8m.py`` must not print a fake verdict and hide the real one)."""
+    name = printable(student)[:64]
+    return (f"{name:<24} {report['score']['points']:>5g} / {report['score']['possible']:<3} "
+            f"{'PASSED' if report['passed'] else 'FAILED'}")

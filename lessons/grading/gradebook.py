@@ -41,6 +41,13 @@ def _safe(name: str) -> str:
     return re.sub(r"[^\w.-]", "_", name) or "student"
 
 
+def _cell(text: str) -> str:
+    """A name from the file system as a spreadsheet cell: printable, and never a formula (a cell starting with
+    = + - @, a tab or a carriage return is run by Excel and LibreOffice; the leading ' shows it as text)."""
+    text = printable(text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def gradescope(report: dict) -> dict:
     """The report in Gradescope's results.json form: points per category spread over its graded checks."""
     tests = []
@@ -65,11 +72,12 @@ def junit(reports: dict[str, dict]) -> str:
     suites = ElementTree.Element("testsuites", name="python -m lessons grade")
     for student, report in reports.items():
         checks = report["checks"]
-        suite = ElementTree.SubElement(suites, "testsuite", name=student, tests=str(len(checks)),
+        name = printable(student)  # a file name's control characters are not XML 1.0 either
+        suite = ElementTree.SubElement(suites, "testsuite", name=name, tests=str(len(checks)),
                                        failures=str(sum(1 for c in checks if c["graded"] and not c["passed"])),
                                        skipped=str(sum(1 for c in checks if not c["graded"])))
         for check in checks:
-            case = ElementTree.SubElement(suite, "testcase", classname=f"{student}.{check['category']}",
+            case = ElementTree.SubElement(suite, "testcase", classname=f"{name}.{check['category']}",
                                           name=check["name"])
             detail = printable(str(check["detail"]))  # a control character from a solution is not XML 1.0
             if not check["graded"]:
@@ -95,7 +103,8 @@ def grade_class(stage: int, folder: Path, *, out: Path | None = None, jobs: int 
                         + ["solution_sha256", "grader_version", "graded_at"])
         for student, report in reports.items():
             counts = report["score"]["categories"]
-            writer.writerow([student, found[student].name, report["score"]["points"], report["score"]["possible"],
+            writer.writerow([_cell(student), _cell(found[student].name), report["score"]["points"],
+                             report["score"]["possible"],
                              report["passed"]] + [f"{counts[c]['passed']}/{counts[c]['graded']}" for c in CATEGORIES]
                             + [report.get("solution_sha256", ""), report.get("grader_version", ""),
                                report.get("graded_at", "")])

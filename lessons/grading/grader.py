@@ -134,7 +134,7 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
         return finish_report(report, started)
     if result.get("error"):
         report["checks"].append(check_result("child process", "integrity", False, result["error"]))
-    report.update({key: result[key] for key in ("exercise", "oracle_questions") if key in result})
+    report.update({key: result[key] for key in ("exercise", "oracle_questions", "sandbox") if key in result})
     report["checks"] += result.get("checks", [])
     try:
         report["expected_checks"] = expected_checks(load_exercise(stage, exercise_file), len(plan_seeds), mode)
@@ -169,6 +169,8 @@ def summary(report: dict) -> str:
     lines = [f"grading {title}: {printable(str(report['solution']))}",
              f"  mode {report['mode']}, seeds {', '.join(report['seeds'])}"
              + ("" if report["secret_seeds"] else f"  (no {SECRET_ENV}: public seeds only)")]
+    if report.get("sandbox"):
+        lines.append(f"  sandbox: {printable(str(report['sandbox']))}")
     for check in report["checks"]:
         mark = "PASS" if check["passed"] else ("FAIL" if check["passed"] is False else "----")
         if check["passed"] is not None and not check["graded"]:

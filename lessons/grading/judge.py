@@ -56,7 +56,7 @@ def run_judge(plan: dict) -> dict:
             defined = oracle.defined_holes()
         except HoleError as error:
             checks.append(check_result("loads", "integrity", False, error.message, traceback=error.trace))
-            return {**info, "checks": checks}
+            return {**info, "sandbox": oracle.sandbox, "checks": checks}
         checks.append(check_result("loads", "integrity", True, "the file loads in the grading sandbox"))
         missing = [hole for hole, present in defined.items() if not present]
         checks.append(check_result("defines every hole", "integrity", not missing,
@@ -66,6 +66,7 @@ def run_judge(plan: dict) -> dict:
     finally:
         oracle.close()
     info["oracle_questions"] = oracle.questions
+    info["sandbox"] = oracle.sandbox
     return {**info, "checks": checks}
 
 

@@ -54,10 +54,12 @@ def _refuse_spawn(*args, **kwargs):
     raise SandboxViolation("the grading sandbox refuses starting processes")
 
 
-def lock_down(workdir: str, copy: str, repository: str, temp_root: str, preload_numba: bool = False) -> None:
-    """Resource limits, then the audit hook (irreversible: CPython has no way to remove one). ``subprocess`` is
-    imported first (project modules import it) and its unaudited fork primitive disarmed; Popen is audited.
-    ``preload_numba``: import Numba and set up its CPU target first (a solution that uses ``@njit``)."""
+def lock_down(workdir: str, copy: str, repository: str, temp_root: str, preload_numba: bool = False) -> str:
+    """Resource limits, then Landlock (:mod:`lessons.grading.landlock`: kernel-enforced, where the kernel offers
+    it), then the audit hook (irreversible: CPython has no way to remove one). ``subprocess`` is imported first
+    (project modules import it) and its unaudited fork primitive disarmed; Popen is audited. ``preload_numba``:
+    import Numba and set up its CPU target first (a solution that uses ``@njit``). Returns the sandbox's layers, as
+    the grade report states them."""
     import resource
     import subprocess  # noqa: F401 - loaded before the hook, so importing it later is no import event
     import _posixsubprocess
@@ -169,7 +171,16 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str, preload_
             if tail and any(value not in (None, -1) for value in args[-tail:]):
                 raise SandboxViolation(f"the grading sandbox refuses {event} relative to a directory descriptor")
 
+    # the kernel's layer: what the hook refuses, enforced where Python code cannot reach (the hook's own state can
+    # be rewritten by the code it watches: docs/course.md, "Grading untrusted code")
+    from lessons.grading import landlock
+    inside_python = any(inside(repository, d) for d in python_dirs)  # a wheel install: its packages only
+    refused = protected + (() if inside_python else (repository,)) + (temp_root,)
+    system = tuple(d for d in SYSTEM_DIRS if d != "/proc")  # /proc: this process's own entry only (restrict)
+    layers = landlock.restrict(landlock.read_roots((copy, workdir) + python_dirs + tuple(
+        d for d in import_dirs if d != os.sep and not d.startswith(repository)) + system, refused), (workdir,))
     sys.addaudithook(hook)
+    return f"{layers} + audit hook"
 
 
 def plain(value, depth: int = 0):
@@ -241,7 +252,7 @@ def main(argv) -> int:
     _exit_with_parent()
     with open(solution_file, "rb") as source:
         preload_numba = b"numba" in source.read()
-    lock_down(workdir, copy, repository, temp_root, preload_numba)
+    sandbox = lock_down(workdir, copy, repository, temp_root, preload_numba)
     try:
         import importlib.util
         spec = importlib.util.spec_from_file_location("solution", solution_file)
@@ -268,6 +279,8 @@ def main(argv) -> int:
         except BaseException as error:  # noqa: BLE001 - the student's code: every failure is an answer
             reply = {"id": request.get("id"), "error": {"type": type(error).__name__, "message": str(error)[:4000],
                                                         "traceback": traceback.format_exc()[-3000:]}}
+        if request.get("op") == "hello":
+            reply["sandbox"] = sandbox  # the layers it runs in, for the report (a file that fails to load too)
         try:
             text = json.dumps(reply, allow_nan=False)
         except (TypeError, ValueError) as error:

@@ -37,7 +37,7 @@ from lessons.grading import traced
 
 ROOT = Path(__file__).resolve().parents[2]
 COPIED_PACKAGES = ("ptx", "gemm")
-GRADING_FILES = ("__init__.py", "traced.py", "oracle.py")
+GRADING_FILES = ("__init__.py", "traced.py", "oracle.py", "landlock.py")
 QUESTION_TIMEOUT_S = 60.0
 MAX_ANSWER_CHARS = 16 << 20  # one answer's JSON; a traced tree past MAX_NODES is refused long before this
 BOOTSTRAP = """
@@ -175,6 +175,7 @@ class Oracle:
         self._next_id = 0
         self._memo: dict = {}
         self.questions = 0
+        self.sandbox: str | None = None  # the layers the oracle says it runs in (defined_holes)
 
     def __enter__(self):
         return self
@@ -210,6 +211,9 @@ class Oracle:
                 raise HoleError(hole, "protocol", f"unreadable answer {line[:120]!r}") from None
             if isinstance(reply, dict) and reply.get("id") == self._next_id:
                 break
+        layers = reply.get("sandbox") if op == "hello" else None  # the oracle's word: reported, trusted for nothing
+        if isinstance(layers, str):
+            self.sandbox = "".join(c if c.isprintable() else "?" for c in layers[:200])
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
             kind, message = str(error.get("type", "Error")), str(error.get("message", ""))
