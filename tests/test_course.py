@@ -19,6 +19,15 @@ def test_every_stage_has_an_exercise():
 
 
 @pytest.mark.parametrize("stage", sorted(EXERCISES))
+def test_every_graded_shape_is_one_the_stages_kernel_takes(stage):
+    """K a multiple of 128 (one scale group) at every graded shape: exercise 17's ragged GPU shape had K = 4160,
+    which the stage's kernel refuses, so an honest solution failed two correctness checks and a performance one on
+    the GPU (found grading it there; the GPU suite runs only a stage's first shape)."""
+    exercise = EXERCISES[stage]
+    assert all(k % 128 == 0 for _, _, k in exercise.shapes_cpu + exercise.shapes_gpu), exercise.shapes_gpu
+
+
+@pytest.mark.parametrize("stage", sorted(EXERCISES))
 def test_the_stages_own_code_passes_the_graders_checks(stage):
     exercise = EXERCISES[stage]
     reference = exercise.reference()

@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_grouped import check_contiguous, check_masked, contiguous_problem, masked_problem  # noqa: E402
 
 SHAPES = [(1, 2112, 512), (16, 2112, 7168), (130, 384, 256), (4096, 4096, 512),  # swapped, split over three,
-          (64, 2112, 7168), (128, 32768, 512)]  # ..., K split over pairs, a short-K ring at compile-time offsets
+          (64, 2112, 7168), (128, 32768, 512),  # ..., K split over pairs, a short-K ring at compile-time offsets,
+          (3001, 3968, 4224)]  # even waves (fewer CTAs than the device's SMs, counted from its own facts)
 
 
 def _torch():
