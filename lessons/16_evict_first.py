@@ -34,7 +34,7 @@ Speed of light: HBM3, 3.35 TB/s: at 32 x 4096 x 7168 moving A, B, the scales and
 allows 211 TFLOP/s. The ladder's shape is compute-bound (the FP8 tensor cores, 1,979 TFLOP/s), and there this
 stage is stage 15.
 
-Measured: 158 TFLOP/s at M=32 N=4096 K=7168 on NVIDIA H200, 1.09x stage 15; 75% of its speed of light (HBM3, 211
+Measured: 158 TFLOP/s at M=32 N=4096 K=7168 on NVIDIA H200, 1.09x stage 15; 52% of its speed of light (HBM3e, 302
 TFLOP/s), 8% of the FP8 peak (results/ladder_32x4096x7168.json, `python -m lessons ladder --m 32 --n 4096 --k 7168
 --stages 14-16`).
 """

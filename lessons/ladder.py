@@ -80,6 +80,14 @@ UNITS = {
                 fixed_rate=3.35e12),
 }
 FP8_PEAK = UNITS["qgmma"]
+# A run on another GH100 board: the same SMs at the same clocks (the units above), another memory. Keyed by a part
+# of the device name the run records; a run on an H200 is bounded by its own HBM, not the H100's.
+HBM_BY_DEVICE = {"H200": Unit("HBM3e", "byte", None, None, "datasheet (H200); memory clock", fixed_rate=4.8e12)}
+
+
+def hbm_unit(device_name: str | None = None) -> Unit:
+    """The HBM a run on ``device_name`` moves its bytes through (None: the H100 SXM's, the ladder's reference)."""
+    return next((unit for key, unit in HBM_BY_DEVICE.items() if device_name and key in device_name), UNITS["hbm"])
 CLOCK_NOTE = ("FP32 and L1/smem are per-clock rates at the 1.98 GHz max boost (the datasheet's 67 TFLOP/s FP32); the "
               "datasheet's dense tensor-core peaks, 989 (FP16) and 1979 (FP8) TFLOP/s, are 4096 and 8192 flop/clk/SM "
               "at 1.83 GHz (at 1.98 GHz they would be 1071 and 2141).")
@@ -112,18 +120,19 @@ BOUNDS = {
 PEER_BOUND = StageBound((("qgmma", 1.0),), "cuBLAS blockwise FP8 runs on wgmma")
 
 
-def speed_of_light(number: int | None, m: int, n: int, k: int) -> dict | None:
+def speed_of_light(number: int | None, m: int, n: int, k: int, device_name: str | None = None) -> dict | None:
     """The stage's bound at (m, n, k): the unit that limits it and the TFLOP/s it allows; None for a stage without
-    one (stage 00 is no GEMM). ``number=None`` is the cuBLAS peer."""
+    one (stage 00 is no GEMM). ``number=None`` is the cuBLAS peer. ``device_name``: the GPU a run was measured on
+    (its HBM: :func:`hbm_unit`); None, the H100 SXM the stages' docstrings derive their bounds for."""
     bound = PEER_BOUND if number is None else BOUNDS.get(number)
     if bound is None:
         return None
-    work = flops(m, n, k)
+    work, hbm = flops(m, n, k), hbm_unit(device_name)
     times = [(work * per_flop / UNITS[unit].rate, UNITS[unit]) for unit, per_flop in bound.terms]
-    times.append((gemm_bytes(m, n, k) / UNITS["hbm"].rate, UNITS["hbm"]))  # A, B, scales, D once: none does less
+    times.append((gemm_bytes(m, n, k) / hbm.rate, hbm))  # A, B, scales, D once: none does less
     seconds, limit = max(times, key=lambda pair: pair[0])
     why = bound.why if limit is UNITS[bound.terms[0][0]] else (
-        "moving A, B, the scales and D once from HBM takes longer than the math" if limit is UNITS["hbm"]
+        "moving A, B, the scales and D once from HBM takes longer than the math" if limit is hbm
         else f"{limit.name} binds before {UNITS[bound.terms[0][0]].name} at this shape")
     others = [f"{unit.name} {three_digits(work / t / 1e12)}" for t, unit in times[:-1] if unit is not limit]
     if others:
@@ -132,13 +141,14 @@ def speed_of_light(number: int | None, m: int, n: int, k: int) -> dict | None:
             "unit_rate": limit.describe(), "why": why}
 
 
-def with_bounds(rows: list[dict], shape) -> list[dict]:
-    """Copies of ladder rows with the speed-of-light columns: bound_unit, bound_tflops, pct_bound, pct_fp8."""
+def with_bounds(rows: list[dict], shape, device_name: str | None = None) -> list[dict]:
+    """Copies of ladder rows with the speed-of-light columns: bound_unit, bound_tflops, pct_bound, pct_fp8.
+    ``device_name``: the run's GPU (:func:`speed_of_light`)."""
     m, n, k = (shape[key] for key in ("m", "n", "k")) if isinstance(shape, dict) else shape
     out = []
     for row in rows:
         row = dict(row)
-        bound = speed_of_light(row.get("stage") if row.get("kind") != "peer" else None, m, n, k)
+        bound = speed_of_light(row.get("stage") if row.get("kind") != "peer" else None, m, n, k, device_name)
         if bound is not None:
             row.update(bound_unit=bound["bound_unit"], bound_tflops=bound["bound_tflops"])
             if row.get("tflops"):
@@ -177,7 +187,9 @@ def bound_legend() -> str:
         "longer). SOL (speed of light): the TFLOP/s that unit allows at this shape. % SOL: measured / SOL. % FP8: "
         f"measured / the dense FP8 peak ({three_digits(FP8_PEAK.rate / 1e12)} TFLOP/s). The peaks "
         "(lessons.ladder.UNITS, H100 SXM, 132 SMs):", WIDTH)
-    return f"{text}\n{units_table()}\n{textwrap.fill(CLOCK_NOTE, WIDTH)}"
+    hbm = "; ".join(f"on an {key}: {unit.name} {unit.describe()}" for key, unit in HBM_BY_DEVICE.items())
+    note = f"{CLOCK_NOTE} HBM {hbm} (lessons.ladder.HBM_BY_DEVICE)."
+    return f"{text}\n{units_table()}\n{textwrap.fill(note, WIDTH)}"
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -208,9 +220,9 @@ OPCODE_FAMILIES = ["FFMA", "LDS", "LDG", "LDGSTS", "LDSM", "HMMA", "F2FP", "QGMM
 OPCODE_COLUMNS = [Column("label", "stage", align="left")] + [Column(op, op) for op in OPCODE_FAMILIES]
 
 
-def ladder_table(rows: list[dict], shape) -> str:
-    """The timed ladder with each stage's speed of light (terminal width)."""
-    return format_table(COLUMNS, with_bounds(rows, shape))
+def ladder_table(rows: list[dict], shape, device_name: str | None = None) -> str:
+    """The timed ladder with each stage's speed of light (terminal width) on ``device_name``'s HBM."""
+    return format_table(COLUMNS, with_bounds(rows, shape, device_name))
 
 
 def cpu_tables(rows: list[dict]) -> str:
@@ -255,9 +267,9 @@ def committed_table(path: Path | None = None) -> str:
     result = read_committed(path)
     if result is None:
         return NO_LADDER
-    shape = result["shape"]
-    return (f"{result['device'].get('name', '?')}, {result['date'][:10]}, M={shape['m']} N={shape['n']} "
-            f"K={shape['k']} (`{result['command']}`):\n{ladder_table(result['rows'], shape)}\n{bound_legend()}")
+    shape, name = result["shape"], result["device"].get("name")
+    return (f"{name or '?'}, {result['date'][:10]}, M={shape['m']} N={shape['n']} K={shape['k']} "
+            f"(`{result['command']}`):\n{ladder_table(result['rows'], shape, name)}\n{bound_legend()}")
 
 
 def committed_summary(number: int, path: Path | None = None) -> str:
@@ -285,7 +297,7 @@ def committed_summary(number: int, path: Path | None = None) -> str:
         versus = "the first stage timed: no stage before it to compare with"
     else:
         versus = f"no speedup: stage {earlier[-1]['stage']:02d} has no time in this run"
-    bounded = with_bounds([row], shape)[0]
+    bounded = with_bounds([row], shape, result["device"].get("name"))[0]
     line = f"{where}:\n{row['time_us']:,.1f} us, {three_digits(row['tflops'])} TFLOP/s, {versus}."
     if "bound_unit" in bounded:
         line += (f"\n{percent(bounded['pct_bound'])} of its speed of light ({bounded['bound_unit']}, "
@@ -368,12 +380,12 @@ def run_on_gpu(shape, stages, *, with_peer: bool, out_dir: Path) -> int:
 
     print(f"\nM={m} N={n} K={k}; diff on {len(reference.rows)} rows vs float64"
           f"{' (sampled)' if reference.sampled else ''}; every element checked for being written")
-    print(ladder_table(rows, shape))
+    device = device_info()
+    print(ladder_table(rows, shape, device.get("name")))
     print(bound_legend())
     for row in rows:
         if "error" in row:
             print(f"{row['label']}: {row['error']}")
-    device = device_info()
     out_dir.mkdir(parents=True, exist_ok=True)
     for row in rows:
         row.pop("traceback", None)

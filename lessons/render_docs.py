@@ -48,7 +48,7 @@ def describe_device(result: dict) -> str:
 
 def ladder_block(result: dict, png: Path | None, doc_dir: Path) -> str:
     shape = result.get("shape", {})
-    rows = with_bounds(result["rows"], shape)
+    rows = with_bounds(result["rows"], shape, result.get("device", {}).get("name"))
     lines = [f"M={shape.get('m')}, N={shape.get('n')}, K={shape.get('k')}. "
              f"{describe_device(result)}", "", format_table(DOC_COLUMNS, rows, markdown=True)]
     if png is not None and png.exists():
@@ -190,7 +190,7 @@ def measured_lines(result: dict, lessons_dir: Path, *, source: str | None = None
     rendered = {}
     source, command = source or ladder_file((m, n, k)), result["command"]
     wanted = measured_stages(result) - set(skip)
-    for row in with_bounds(result["rows"], (m, n, k)):
+    for row in with_bounds(result["rows"], (m, n, k), result.get("device", {}).get("name")):
         number = row.get("stage")
         if number not in wanted:
             continue  # each stage's line comes from the run at its home shape

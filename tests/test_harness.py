@@ -675,3 +675,13 @@ def test_every_stages_measured_line_cites_a_committed_result():
             assert (ROOT / "results" / line).exists(), (path.name, line)
             cited += 1
     assert cited >= 17  # stages 01-17 each cite their run
+
+
+def test_a_run_on_an_h200_is_bounded_by_its_own_hbm():
+    """The SM units are the H100 SXM's on any GH100 board; HBM is the board's: a decode stage measured on an H200
+    (4.8 TB/s HBM3e) is not credited with a share of the H100's 3.35 TB/s."""
+    from lessons.ladder import speed_of_light
+    h100, h200 = speed_of_light(16, 32, 4096, 7168), speed_of_light(16, 32, 4096, 7168, "NVIDIA H200")
+    assert (h100["bound_unit"], h200["bound_unit"]) == ("HBM3", "HBM3e")
+    assert h200["bound_tflops"] / h100["bound_tflops"] == pytest.approx(4.8 / 3.35)
+    assert speed_of_light(17, 4096, 4096, 7168, "NVIDIA H200") == speed_of_light(17, 4096, 4096, 7168)
