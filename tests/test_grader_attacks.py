@@ -509,7 +509,9 @@ def test_a_solution_that_rewrites_the_audit_hooks_state_is_stopped_by_the_kernel
     kernel, and the report names the layers."""
     marker = tmp_path / "marker.txt"
     report = run(tmp_path, route.replace("MARKER", str(marker)) + UNFILLED)
-    assert not report["passed"] and "Permission denied" in failed_details(report), grader.summary(report)
+    refused = failed_details(report)  # Landlock's EACCES, or the system-call filter's EPERM (the spawn)
+    assert not report["passed"] and ("Permission denied" in refused or "Operation not permitted" in refused), \
+        grader.summary(report)
     assert not marker.exists()
     assert report["sandbox"].startswith("landlock ABI") and "audit hook" in report["sandbox"]
 
@@ -558,3 +560,53 @@ def test_hostile_file_names_in_a_class_cannot_fake_a_verdict_or_a_formula(tmp_pa
     cells = [cell for row in rows[1:] for cell in row[:2]]
     assert not any(cell[:1] in "=+-@\t\r" for cell in cells if cell) and "'=1+cmd|' -c calc'!A0" in cells
     ElementTree.parse(tmp_path / "grades" / "junit.xml")  # well-formed
+
+
+def test_the_descriptor_a_notebook_prints_is_not_a_solution(tmp_path):
+    """A red team's pass (2026-11-28): the kernels only ever ask descriptor_bits(0, 16, 1024, 128), and stage 07's
+    notebook prints its value, so returning that constant passed. The rule check now asks every swizzle mode, each
+    field at its extremes and 200 values drawn afresh on every run."""
+    report = run(tmp_path, '''
+        def descriptor_bits(start_address, leading_byte_offset, stride_byte_offset, swizzle=128):
+            return 4611686293305360384
+    ''')
+    assert not report["passed"], grader.summary(report)
+    assert "the ISA's matrix descriptor is" in failed_details(report)
+
+
+# -------------------------- the second red team on the kernel layers (2026-11-28): what Landlock does not mediate
+DISARM_HOOK = '''
+import gc, os, sys
+for _o in gc.get_objects():  # the audit hook's code swapped for a no-op: only the kernel's layers are left
+    if type(_o).__name__ == "function" and getattr(_o, "__qualname__", "") == "lock_down.<locals>.hook":
+        _v = _o.__code__.co_freevars
+        _ns = {}
+        exec("def _outer():\\n" + "".join(f"    {n} = None\\n" for n in _v) + "    def hook(event, args):\\n        ("
+             + ", ".join(_v) + ",)\\n    return hook\\n", _ns)
+        _o.__code__ = _ns["_outer"]().__code__
+'''
+
+
+def _seccomp() -> bool:
+    import platform
+    return _landlock() and platform.system() == "Linux" and platform.machine() == "x86_64"
+
+
+@pytest.mark.skipif(not _seccomp(), reason="the system-call filter is written for Linux x86-64")
+@pytest.mark.parametrize("route", [
+    "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 9))\n",
+    "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_STREAM, 262)\n",  # multipath TCP
+    "import socket\nsocket.socket(socket.AF_UNIX).connect('/run/anything.sock')\n",
+    "_fd = os.memfd_create('prog', 0)\n",
+    "if os.fork() == 0:\n    os._exit(0)\n",
+    "os.execv('/bin/sh', ['sh', '-c', 'true'])\n",
+], ids=["udp", "mptcp", "unix socket", "memfd", "fork", "exec"])
+def test_with_the_audit_hook_disarmed_the_kernel_refuses_sockets_processes_and_exec(tmp_path, route):
+    """A second red team disarmed the hook (its code swapped through gc) and then sent UDP, connected with
+    multipath TCP and to a unix socket outside, ran a program from a memfd, and left a grandchild alive after
+    grading: Landlock (ABI 7) mediates none of those. The seccomp filter refuses each one."""
+    report = run(tmp_path, DISARM_HOOK + route + UNFILLED)
+    assert not report["passed"], grader.summary(report)
+    assert "Operation not permitted" in failed_details(report) or "not implemented" in failed_details(report), \
+        grader.summary(report)
+    assert "seccomp" in report["sandbox"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from lessons.exercises import Exercise
+from lessons.exercises import Exercise, failures
 from lessons.exercises.ex04_ldmatrix_swizzle import PtxCandidate, _stage
 
 HOLES = ("descriptor_bits",)
@@ -19,6 +19,40 @@ HOLES = ("descriptor_bits",)
 def reference():
     from ptx.vocab import wgmma
     return SimpleNamespace(descriptor_bits=wgmma.descriptor_bits, is_reference=True)
+
+
+RANDOM_CASES = 200
+
+
+def _cases() -> list[tuple[int, int, int, int]]:
+    """(start_address, leading_byte_offset, stride_byte_offset, swizzle): the stage's own call, each field alone at
+    its extremes, then :data:`RANDOM_CASES` drawn afresh on every run (from the OS): the kernels only ever ask for
+    descriptor_bits(0, 16, 1024, 128), whose value a notebook prints, and a red team passed with that constant."""
+    import random
+    cases = [(0, 16, 1024, 128)]
+    for swizzle in (0, 32, 64, 128):
+        cases += [(0, 16, 1024, swizzle), (2**18 - 16, 0, 0, swizzle), (0, 2**18 - 16, 0, swizzle),
+                  (0, 0, 2**18 - 16, swizzle), (16, 16, 16, swizzle)]
+    draw = random.SystemRandom()
+    cases += [(16 * draw.randrange(2**14), 16 * draw.randrange(2**14), 16 * draw.randrange(2**14),
+               draw.choice((0, 32, 64, 128))) for _ in range(RANDOM_CASES)]
+    return cases
+
+
+def check_rule(solution) -> None:
+    """Raise AssertionError at the first field values whose descriptor differs from the PTX ISA's."""
+    from ptx.vocab.wgmma import descriptor_bits
+    for case in _cases():
+        got, want = solution.descriptor_bits(*case), descriptor_bits(*case)
+        if type(got) is not int or got != want:
+            raise AssertionError(f"descriptor_bits{case} = {got!r}; the ISA's matrix descriptor is {want:#x}")
+
+
+def descriptor_fields_right(solution) -> list[str]:
+    """The descriptor is right for every field value checked, the stage's own and drawn ones.
+
+    The kernels use one descriptor; the rule is the technique."""
+    return failures(check_rule, solution)
 
 
 def build(solution) -> PtxCandidate:
@@ -61,6 +95,7 @@ EXERCISE = Exercise(
     shapes_cpu=((70, 200, 256), (130, 9, 128)),
     shapes_gpu=((1000, 2112, 512), (4096, 4096, 7168)),
     perf_threshold=None,
+    extra={"checks": (descriptor_fields_right,)},
     answer_sites={"ptx/vocab/wgmma.py": ("descriptor_bits", "descriptor_constant_part", "descriptor_value",
                                           "wgmma_descriptor")},
 )

@@ -17,15 +17,22 @@ from lessons.grading.rubric import check_result, error_text
 from lessons.ladder import speed_of_light
 
 
-def sol_bound(exercise, shape) -> dict | None:
+def sol_bound(exercise, shape, device_name: str | None = None) -> dict | None:
     """The stage's speed-of-light bound at a shape: the exercise's own ``sol_bound_tflops`` where it has one,
-    else :func:`lessons.ladder.speed_of_light` for its stage."""
+    else :func:`lessons.ladder.speed_of_light` for its stage on ``device_name``'s GPU (its HBM: an H200's is
+    faster than the H100's, and a kernel past the H100's bound there is not impossible)."""
     own = getattr(exercise, "sol_bound_tflops", None) or (getattr(exercise, "extra", None) or {}).get(
         "sol_bound_tflops")
     if own is not None:
         value = own(*shape)
         return None if value is None else {"bound_tflops": float(value), "bound_unit": "exercise"}
-    return speed_of_light(exercise.stage, *shape)
+    return speed_of_light(exercise.stage, *shape, device_name)
+
+
+def _device_name() -> str:
+    """The GPU the judge times on (the current device): its name picks the HBM of the bound."""
+    from gemm.heuristics import device_facts
+    return device_facts().name
 
 
 def performance_verdict(timing, bound: dict | None, shape, threshold: float | None) -> dict:
@@ -97,7 +104,8 @@ def performance_checks(exercise, candidate, plan, *, backend, threshold) -> list
             backend.synchronize()
             rows, expected = expected_output(exercise, host, rng, sample=True)
             fresh = judge_output(backend.fetch(fresh_problem), rows, expected)
-            verdict = performance_verdict(timing, sol_bound(exercise, shape), shape, shape_threshold(threshold, shape))
+            verdict = performance_verdict(timing, sol_bound(exercise, shape, _device_name()), shape,
+                                          shape_threshold(threshold, shape))
         except Exception as error:  # noqa: BLE001
             checks.append(check_result(name, "performance", False, error_text(error),
                                        traceback=traceback.format_exc()[-4000:]))

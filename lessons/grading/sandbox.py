@@ -37,7 +37,7 @@ from lessons.grading import traced
 
 ROOT = Path(__file__).resolve().parents[2]
 COPIED_PACKAGES = ("ptx", "gemm")
-GRADING_FILES = ("__init__.py", "traced.py", "oracle.py", "landlock.py")
+GRADING_FILES = ("__init__.py", "traced.py", "oracle.py", "landlock.py", "seccomp.py")
 QUESTION_TIMEOUT_S = 60.0
 MAX_ANSWER_CHARS = 16 << 20  # one answer's JSON; a traced tree past MAX_NODES is refused long before this
 BOOTSTRAP = """
