@@ -610,3 +610,33 @@ def test_with_the_audit_hook_disarmed_the_kernel_refuses_sockets_processes_and_e
     assert "Operation not permitted" in failed_details(report) or "not implemented" in failed_details(report), \
         grader.summary(report)
     assert "seccomp" in report["sandbox"]
+
+
+@LANDLOCK
+def test_procs_entries_stay_granted_when_the_kernel_forgets_them(tmp_path):
+    """A reviewer's find: a Landlock rule belongs to an inode, and procfs makes new inodes for /proc/self or
+    /proc/cpuinfo once their dentries are evicted (memory pressure), so the grant vanished at random. The rules'
+    descriptors for /proc stay open in the oracle; here, an oracle-like child reads them after the caches are
+    dropped (root only: otherwise the reads are only checked without the drop)."""
+    import subprocess
+    import sys
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f'''
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from lessons.grading import landlock
+        assert landlock.restrict(landlock.read_roots(("/usr", "/lib", "/lib64", "/etc", sys.prefix), ()), ())\\
+            .startswith("landlock ABI")
+        sys.stdout.write("ready\\n"); sys.stdout.flush()
+        sys.stdin.readline()
+        for path in ("/proc/self/status", "/proc/cpuinfo", "/proc/meminfo"):
+            open(path).read()
+        print("read")
+    '''))
+    child = subprocess.Popen([sys.executable, "-I", str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready", child.stderr.read()
+    if os.geteuid() == 0:
+        Path("/proc/sys/vm/drop_caches").write_text("2\n")
+    out, err = child.communicate("go\n", timeout=60)
+    assert child.returncode == 0 and "read" in out, err

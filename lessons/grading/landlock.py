@@ -43,6 +43,12 @@ READ_WRITE_FILES = ("/dev/null", "/dev/zero", "/dev/full")
 READ_FILES = ("/dev/urandom", "/dev/random", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat")
 
 
+# /proc rules: procfs makes a new inode each time a name is looked up again after its dentry is evicted (memory
+# pressure), and a Landlock rule belongs to the inode: the rule's O_PATH descriptor stays open, for the process's
+# life, so the entry it names stays the one granted (closing it let /proc/self and /proc/cpuinfo fail at random)
+_PINNED: list[int] = []
+
+
 class RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
                 ("scoped", ctypes.c_uint64)]
@@ -138,7 +144,10 @@ def restrict(read: list[str], write: tuple[str, ...]) -> str:
                                 ctypes.c_int(RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) < 0:
                     return f"no landlock: a rule for {path} failed ({os.strerror(ctypes.get_errno())})"
             finally:
-                os.close(fd)
+                if path == "/proc" or path.startswith("/proc/"):
+                    _PINNED.append(fd)
+                else:
+                    os.close(fd)
         if libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0),
                       ctypes.c_ulong(0)) != 0:
             return f"no landlock: no_new_privs failed ({os.strerror(ctypes.get_errno())})"

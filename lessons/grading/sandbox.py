@@ -162,6 +162,8 @@ class Oracle:
         shutil.copyfile(solution_file, solution)
         self.copy = build_copy(self.temp, dict(getattr(exercise, "answer_sites", {}) or {}))
         bootstrap = BOOTSTRAP.format(repo=str(ROOT), copy=str(self.copy))
+        # the system's temporary folder, where every run's folder is (a grader's fp8grade-run-* holds this one's):
+        # the others' are refused
         temp_root = os.path.realpath(tempfile.gettempdir())
         self._stderr_path = self.temp / "stderr.txt"  # a file, not a pipe: the solution's prints can never block it
         with open(self._stderr_path, "w") as stderr:

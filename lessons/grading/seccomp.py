@@ -21,6 +21,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import platform
+import struct
+import sys
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
@@ -64,8 +66,11 @@ def program() -> list[tuple[int, int, int, int]]:
 def restrict() -> str:
     """Install the filter on this process (and its threads to come), for good. Returns what was done, for the
     report, or why nothing was."""
-    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return f"no seccomp: the filter is written for Linux x86-64, not {platform.system()} {platform.machine()}"
+    # the interpreter's calls, not the kernel's (uname): a 32-bit Python on an x86-64 kernel makes i386 calls, which
+    # the filter's architecture test would kill
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64") or sys.maxsize <= 2**32:
+        return (f"no seccomp: the filter is written for 64-bit Linux x86-64, not {platform.system()} "
+                f"{platform.machine()} ({8 * struct.calcsize('P')}-bit Python)")
     libc = ctypes.CDLL(None, use_errno=True)
     instructions = program()
     filters = (SockFilter * len(instructions))(*(SockFilter(*op) for op in instructions))
