@@ -10,10 +10,10 @@ import json
 import sys
 from pathlib import Path
 
-from lessons.grading.grader import grade, printable, summary
+from lessons.grading.grader import grade, summary
 from lessons.grading.gradebook import grade_class
 from lessons.grading.plan import DEFAULT_SEEDS, DEFAULT_TIMEOUT_S, SECRET_ENV
-from lessons.grading.rubric import json_default
+from lessons.grading.rubric import json_default, printable
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from xml.etree import ElementTree
 
-from lessons.grading.grader import grade, printable
-from lessons.grading.rubric import CATEGORIES, WEIGHTS
+from lessons.grading.grader import grade
+from lessons.grading.rubric import CATEGORIES, WEIGHTS, printable
 
 
 def submissions(folder: Path) -> dict[str, Path]:

@@ -33,7 +33,7 @@ from lessons.grading.correctness import DIFF_LIMIT, MEASURE, REL_LIMIT
 from lessons.grading.plan import (DEFAULT_SEEDS, DEFAULT_TIMEOUT_S, SECRET_ENV, exercise_threshold, load_exercise,
                                   seed_plan, stage_threshold, thresholds_path)
 from lessons.grading.rubric import (PASS_MARK, check_result, expected_checks, finish_report, grader_version,
-                                    utc_timestamp)
+                                    printable, utc_timestamp)
 from lessons.grading.sandbox import remove_tree
 from lessons.grading.source_scan import copy_findings, scan_source
 
@@ -154,13 +154,6 @@ def source_digest() -> str:
         for path in sorted((ROOT / package).rglob("*.py")):
             digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
-
-
-def printable(text: str) -> str:
-    """``text`` with every character that is not printable escaped (newlines, carriage returns, ESC and the rest):
-    a message raised by a solution must not start a new line, rewrite the one it is on, or hide or recolour the
-    summary with terminal escape sequences to fake a PASS."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def summary(report: dict) -> str:

@@ -105,3 +105,10 @@ def json_default(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     return str(value)
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable escaped (newlines, carriage returns, ESC and the rest):
+    a message raised by a solution must not start a new line, rewrite the one it is on, or hide or recolour the
+    summary with terminal escape sequences to fake a PASS."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

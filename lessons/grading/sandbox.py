@@ -34,6 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from lessons.grading import traced
+from lessons.grading.rubric import printable
 
 ROOT = Path(__file__).resolve().parents[2]
 COPIED_PACKAGES = ("ptx", "gemm")
@@ -215,7 +216,7 @@ class Oracle:
                 break
         layers = reply.get("sandbox") if op == "hello" else None  # the oracle's word: reported, trusted for nothing
         if isinstance(layers, str):
-            self.sandbox = "".join(c if c.isprintable() else "?" for c in layers[:200])
+            self.sandbox = printable(layers[:200])
         if "error" in reply:
             error = reply["error"] if isinstance(reply["error"], dict) else {}
             kind, message = str(error.get("type", "Error")), str(error.get("message", ""))
