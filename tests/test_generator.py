@@ -61,6 +61,19 @@ def test_production_configs_assemble_clean(m, n, k):
     assert ops["USETMAXREG"] == 2 and ops["UTMASTG"] >= 1
 
 
+@pytest.mark.parametrize("m, n, k", [(4096, 4096, 7168), (4096, 24576, 1536), (8192, 8192, 8192)])
+def test_b_multicast_assembles_clean_with_one_multicast_load(m, n, k):
+    """Production's config with B multicast pairs: no spills, and the producer's multicast copy is B's (one
+    multicast UTMALDG in the SASS: A and sa are the CTA's own)."""
+    config = choose_config(m, n, k, H100).replace(multicast=2, multicast_operand="b")
+    cubin, ops = assemble(config, n, k)
+    assert_clean_resources(cubin, KERNEL)
+    ptx = generate(config, n, k)
+    multicasts = [line for line in ptx.splitlines() if ".multicast::cluster" in line]
+    assert len(multicasts) == 1 and "tmap_b" in multicasts[0], multicasts
+    assert ops["UTMALDG"] >= 3
+
+
 def test_stage06_config_assembles_without_setmaxnreg_through_nvjitlink():
     from ptx.compile import choose_assembler
     ptx = generate(stage06_config(4096, 4096, 7168), 4096, 7168)
@@ -152,6 +165,30 @@ def test_every_tile_is_scheduled_once(m_blocks, n_blocks, group):
     assert sorted(seen) == [(mb, nb) for mb in range(m_blocks) for nb in range(n_blocks)]
 
 
+@pytest.mark.parametrize("m_blocks, n_blocks, group", [(32, 17, 16), (3, 7, 2), (33, 5, 8), (132, 1, 16), (7, 5, 0)])
+def test_the_walk_along_m_schedules_every_tile_once_and_pairs_share_columns(m_blocks, n_blocks, group):
+    """multicast_operand='b': the transposed walk covers every tile once, and tiles 2i, 2i + 1 share their n block
+    wherever they share a raster group of an even width (the pairs that multicast B)."""
+    grid = 14
+    seen = [coord for cta in range(grid) for coord in schedule(cta, grid, m_blocks, n_blocks, group, along_m=True)]
+    assert sorted(seen) == [(mb, nb) for mb in range(m_blocks) for nb in range(n_blocks)]
+    width = group or m_blocks
+    for pair in range(0, m_blocks * n_blocks - 1, 2):
+        first, second = (tile_coords(t, m_blocks, n_blocks, group, along_m=True) for t in (pair, pair + 1))
+        if width % 2 == 0 and (m_blocks % width == 0 or first[0] < m_blocks - m_blocks % width):
+            assert first[1] == second[1] and second[0] == first[0] + 1, (pair, first, second)
+
+
+def test_b_multicast_misuse_is_named():
+    with pytest.raises(ValueError, match="multicast_operand must be 'a'"):
+        KernelConfig(multicast=2, multicast_operand="c")
+    with pytest.raises(ValueError, match="needs multicast=2 and raster_shifts=False"):
+        KernelConfig(multicast_operand="b")
+    with pytest.raises(ValueError, match="needs multicast=2 and raster_shifts=False"):
+        KernelConfig(multicast=2, multicast_operand="b", raster_shifts=True)
+    assert "B multicast to 2 CTAs" in KernelConfig(multicast=2, multicast_operand="b").describe()
+
+
 def test_grouped_order_keeps_a_wave_within_a_few_n_blocks():
     coords = [tile_coords(t, 32, 56, 16) for t in range(132)]
     assert len({nb for _, nb in coords}) == 16 and len({mb for mb, _ in coords}) == 9
@@ -184,19 +221,63 @@ EMULATED_CONFIGS = {
     "64x16": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=16, stages=4),
     "09 (A multicast)": lambda m, n, k: lessons.stage(9).config(m, n, k).replace(stages=3),
     "09-128x192": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=192, stages=2, multicast=2),
+    "B multicast": lambda m, n, k: lessons.stage(9).config(m, n, k).replace(stages=3, multicast_operand="b"),
+    "B multicast 256x128, groups of 2 m-blocks": lambda m, n, k: STAGE08.config(m, n, k).replace(
+        block_m=256, block_n=128, stages=2, multicast=2, multicast_operand="b", raster_group=2),
+    "B multicast, column-major": lambda m, n, k: STAGE08.config(m, n, k).replace(
+        block_m=64, block_n=64, stages=2, multicast=2, multicast_operand="b", raster_group=0),
 }
 
 
 @pytest.mark.parametrize("seed", [None, 1, 2, 3])
-@pytest.mark.parametrize("m, n, k, sms", [(300, 416, 640, 4), (200, 200, 384, 2)])
-def test_multicast_pairs_on_the_emulator_under_many_schedules(m, n, k, sms, seed, rng):
-    """2-CTA clusters: odd tile counts (a lone CTA), pairs split by a row edge, the ring wrapping; round-robin
-    and random schedules (the random ones expose a missing drain or a one-sided release)."""
+@pytest.mark.parametrize("operand", ["a", "b"])
+@pytest.mark.parametrize("m, n, k, sms", [(300, 416, 640, 4), (200, 200, 384, 2), (520, 136, 384, 4)])
+def test_multicast_pairs_on_the_emulator_under_many_schedules(m, n, k, sms, seed, operand, rng):
+    """2-CTA clusters sharing A or B: odd tile counts (a lone CTA), pairs split by a row or column edge, the ring
+    wrapping; round-robin and random schedules (the random ones expose a missing drain or a one-sided release)."""
     from gemm.testing.emulated import run_gemm
-    config = lessons.stage(9).config(m, n, k).replace(stages=2)
+    config = lessons.stage(9).config(m, n, k).replace(stages=2, multicast_operand=operand)
     assert config.multicast == 2
     problem = small_integer_problem(m, n, k, rng)
     assert_exact(run_gemm(config, *problem, sm_count=sms, seed=seed), problem)
+
+
+def test_b_multicast_pairs_issue_one_b_load_per_shared_step_on_the_emulator(rng):
+    """multicast_operand='b' on the emulator (4 CTAs, 2 clusters, 3 m-blocks by 2 n-blocks, groups of 2 m-blocks:
+    cluster 0's first pair shares a column, its second is split by the last, one-wide group): rank 0 multicasts B, once
+    per K block of each step where the pair's tiles share a column (by the Python walk), rank 1 never multicasts,
+    and A is never multicast."""
+    from gemm.kernel.launch import grid as launch_grid
+    from gemm.testing.emulated import run_gemm
+    from ptx.emulate.warpgroup import Warpgroup
+    m, n, k = 300, 256, 384
+    config = STAGE08.config(m, n, k).replace(block_m=128, block_n=128, stages=2, multicast=2, multicast_operand="b",
+                                             raster_group=2)
+    ctas, m_blocks, n_blocks, kb = launch_grid(config, m, n, 4), -(-m // 128), -(-n // 128), k // 128
+    assert (ctas, m_blocks, n_blocks) == (4, 3, 2)
+    loads = {}  # (cta, multicast, tensor map parameter) -> TMA loads issued
+    original = Warpgroup.bulk
+
+    def recording(self, parts, ops, mask, *args, **kwargs):
+        if mask.any() and parts[3:5] == ["tensor", "2d"] and parts[5].startswith("shared"):
+            key = (self.cta.ctaid[0], "multicast::cluster" in parts, str(ops[1]))
+            loads[key] = loads.get(key, 0) + int(mask.sum())
+        return original(self, parts, ops, mask, *args, **kwargs)
+
+    Warpgroup.bulk = recording
+    try:
+        problem = small_integer_problem(m, n, k, rng)
+        assert_exact(run_gemm(config, *problem, sm_count=4), problem)
+    finally:
+        Warpgroup.bulk = original
+    tiles = m_blocks * n_blocks
+    for cluster in range(ctas // 2):
+        shared = sum(1 for t in range(2 * cluster, tiles - 1, ctas)
+                     if tile_coords(t, m_blocks, n_blocks, 2, True)[1] == tile_coords(t + 1, m_blocks, n_blocks, 2, True)[1])
+        multicast = {key[2]: count for key, count in loads.items() if key[0] == 2 * cluster and key[1]}
+        assert shared and list(multicast) == [next(op for op in multicast if "b" in op.split(",")[0])]
+        assert sum(multicast.values()) == kb * shared, (multicast, shared)
+        assert not any(key[1] for key in loads if key[0] == 2 * cluster + 1)
 
 
 def emulate_stage06(a, sa, b, sb):
@@ -410,6 +491,10 @@ GPU_CONFIGS = {
     "09-256x128": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=256, block_n=128, stages=3, multicast=2),
     "09-128x192": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=192, stages=3, multicast=2),
     "09-64x16": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=16, stages=6, multicast=2),
+    "B multicast 256x128": lambda m, n, k: STAGE08.config(m, n, k).replace(
+        block_m=256, block_n=128, stages=3, multicast=2, multicast_operand="b"),
+    "B multicast 128x192": lambda m, n, k: STAGE08.config(m, n, k).replace(
+        block_m=128, block_n=192, stages=3, multicast=2, multicast_operand="b", raster_group=4),
     "08-64x56 (seven switch points)": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=64, block_n=56,
                                                                                     stages=6),
     "split-K 2, 64x64": lambda m, n, k: KernelConfig(block_m=64, block_n=64, stages=4, persistent=False,

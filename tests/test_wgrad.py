@@ -40,6 +40,8 @@ WGRAD_CONFIGS = {  # tile shapes the 1x128 promotion must hold for: one or two w
     "128x160": dict(block_m=128, block_n=160, stages=2),
     "128x152 (no B-scale block boundary: any multiple of 8)": dict(block_m=128, block_n=152, stages=2),
     "128x128, A multicast to a pair": dict(block_m=128, block_n=128, stages=2, multicast=2),
+    "128x128, B and its row scales multicast to a pair": dict(block_m=128, block_n=128, stages=2, multicast=2,
+                                                               multicast_operand="b"),
     "128x64, D in two passes": dict(block_m=128, block_n=64, stages=2, d_buffer=(128, 32)),
 }
 SHAPES = [(200, 232, 384), (70, 96, 272), (129, 40, 16), (256, 136, 1040)]  # ragged M, N; K % 128 != 0 too

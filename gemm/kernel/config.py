@@ -8,11 +8,16 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   K blocks) or ``"warpgroup"`` (stage 07: a dedicated producer warpgroup, one elected thread issuing TMA);
 * ``registers``: ``setmaxnreg`` counts (producer, math) for a warpgroup producer, or None;
 * ``persistent``: one CTA per SM walking the tiles (stage 08) instead of one CTA per tile;
-* ``raster_group``: n-blocks per group of the grouped (swizzled) tile order; 0 = row-major;
+* ``raster_group``: n-blocks per group of the grouped (swizzled) tile order (m-blocks when the walk runs along M,
+  ``multicast_operand="b"``); 0 = row-major (column-major along M);
 * ``epilogue``: ``"staged"`` (BF16 through a padded shared tile, coalesced ``st.global``) or ``"tma"``
   (``stmatrix`` into a swizzled tile, one TMA store per 64-column atom, its wait deferred to the next tile);
 * ``multicast``: 2 = clusters of two CTAs computing tiles with the same rows, A (and its scales) loaded once
   and multicast to both (stage 09);
+* ``multicast_operand``: which operand a pair shares. ``"a"`` (stage 09): the walk runs along N inside a raster
+  group (n varies fastest), so tiles 2i and 2i + 1 have the same rows and rank 0 multicasts A and sa. ``"b"``
+  (DeepGEMM's multicast on B): the walk runs along M instead (groups of ``raster_group`` m-blocks by all n-blocks,
+  m fastest), so the pair's tiles have the same columns and rank 0 multicasts B (and, with 1x128 B scales, sb);
 * ``out_dtype``: D's element type, ``"bf16"`` or ``"f32"`` (the FP32 totals stored as they are; TMA epilogue);
 * ``accumulate``: D = C + A*B: the TMA epilogue adds the tile into D (``cp.reduce.async.bulk.tensor .add``, done
   by the copy engine at L2) instead of overwriting it, so D must hold C when the kernel starts (FP32 only);
@@ -113,6 +118,7 @@ class KernelConfig:
     raster_group: int = 16
     epilogue: str = "tma"
     multicast: int = 1
+    multicast_operand: str = "a"
     post_passes: tuple[str, ...] = ()
     gemm_type: str = "normal"
     out_dtype: str = "bf16"
@@ -222,6 +228,13 @@ class KernelConfig:
         if self.multicast not in (1, 2):
             raise ValueError(f"multicast must be 1 or 2 (CTAs per cluster sharing A; larger clusters measured "
                              f"slower in DeepGEMM), got {self.multicast}")
+        if self.multicast_operand not in ("a", "b"):
+            raise ValueError(f"multicast_operand must be 'a' (the pair shares A's rows) or 'b' (B's columns), "
+                             f"got {self.multicast_operand!r}")
+        if self.multicast_operand == "b" and (self.multicast != 2 or self.raster_shifts):
+            raise ValueError("multicast_operand='b' walks the tiles along M for a 2-CTA pair sharing B: it needs "
+                             f"multicast=2 and raster_shifts=False (the shifts divide the N-fastest walk), got "
+                             f"multicast={self.multicast}, raster_shifts={self.raster_shifts}")
         if self.multicast == 2 and (self.producer != "warpgroup" or not self.persistent):
             raise ValueError("TMA multicast pairs the tiles of a persistent walk between the two CTAs of a "
                              "cluster: it needs producer='warpgroup' and persistent=True")
@@ -406,7 +419,7 @@ class KernelConfig:
         fields.append(f"persistent (raster group {self.raster_group}{walk})" if self.persistent else "one CTA per tile")
         fields.append(f"{self.epilogue} epilogue")
         if self.multicast > 1:
-            fields.append(f"A multicast to {self.multicast} CTAs")
+            fields.append(f"{self.multicast_operand.upper()} multicast to {self.multicast} CTAs")
         if self.d_buffer_shape != (self.block_m, self.block_n):
             rows, cols = self.d_buffer_shape
             fields.append(f"D through a {rows}x{cols} buffer in {self.block_m * self.block_n // (rows * cols)} passes")

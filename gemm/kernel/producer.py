@@ -28,10 +28,11 @@ from ptx.vocab import wgmma as w
 @dataclass(frozen=True)
 class PairFlags:
     """Per-tile predicates of a 2-CTA cluster (from :meth:`gemm.kernel.tile_scheduler.TileScheduler.pair_flags`)."""
-    own: str  # this CTA loads its own A (the pair's tiles differ in rows, or the peer has no tile)
-    lead: str  # this CTA is rank 0 of a pair sharing rows: it multicasts A to both
+    own: str  # this CTA loads its own copy of the shared operand (the pair's tiles differ there, or no peer tile)
+    lead: str  # this CTA is rank 0 of a pair whose tiles share the operand: it multicasts it to both
     peer_alive: str  # the peer CTA computes a tile at this step too (else releases go to this CTA only)
     mask: str  # the u16 CTA mask of the multicast (0b11)
+    operand: str = "a"  # the operand the pair shares: "a" (A and sa: same rows) or "b" (B and a 1x128 sb)
 
 
 @dataclass(frozen=True)
@@ -123,9 +124,10 @@ class Ring:
              rows=None) -> None:
         """Expect the stage's bytes on its full barrier, then the three TMA copies of K block ``k_block``.
 
-        With a cluster pair, A and its scales come once for both CTAs: rank 0 multicasts them (``pair.lead``),
-        rank 1 issues nothing for them (its barrier still expects their bytes), and when the pair's tiles do not
-        share rows each CTA loads its own (``pair.own``). B is always the CTA's own.
+        With a cluster pair, the shared operand (``pair.operand``: A and its scales, or B and, with 1x128 B scales,
+        its scales) comes once for both CTAs: rank 0 multicasts it (``pair.lead``), rank 1 issues nothing for it
+        (its barrier still expects the bytes), and when the pair's tiles do not share it each CTA loads its own
+        (``pair.own``). The other operand is always the CTA's own.
 
         ``rows``: a grouped GEMM's scheduler (:class:`gemm.kernel.tile_scheduler.TileScheduler` inside its tile walk),
         whose ``a_row``, ``sa_x``, ``sa_k_base`` and ``b_row`` place the tile in the stacked operands."""
@@ -133,7 +135,6 @@ class Ring:
         k_byte = self.b.reg("u32", "kx")
         e(f"shl.b32 {k_byte}, {k_block}, 7;" if isinstance(k_block, str) else f"mov.u32 {k_byte}, {k_block * BLOCK_K};")
         e(barriers.mbarrier_arrive_expect_tx(stage.full, self.plan.stage_bytes))
-        own = f"@{pair.own} " if pair else ""
         a_row, sa_x, sa_y = m0, m0, k_block
         if rows is not None:
             a_row, sa_x, n0 = rows.a_row, rows.sa_x, rows.b_row
@@ -141,16 +142,20 @@ class Ring:
                 sa_y = self.b.reg("u32", "sa_y")
                 e(f"add.u32 {sa_y}, {rows.sa_k_base}, {k_block};")
         a_policy, b_policy = self.policies.get("a"), self.policies.get("b")
-        e(own + bulk_copies.tma_load_2d(stage.a_tile, self.tmaps["tmap_a"], k_byte, a_row, stage.full, a_policy),
-          own + bulk_copies.tma_load_2d(stage.sa_tile, self.tmaps["tmap_sa"], sa_x, sa_y, stage.full, a_policy))
-        if pair:
-            e(f"@{pair.lead} " + bulk_copies.tma_load_2d_multicast(stage.a_tile, self.tmaps["tmap_a"], k_byte, m0,
-                                                                   stage.full, pair.mask, a_policy),
-              f"@{pair.lead} " + bulk_copies.tma_load_2d_multicast(stage.sa_tile, self.tmaps["tmap_sa"], m0, k_block,
-                                                                   stage.full, pair.mask, a_policy))
-        e(bulk_copies.tma_load_2d(stage.b_tile, self.tmaps["tmap_b"], k_byte, n0, stage.full, b_policy))
+        copies = {"a": [(stage.a_tile, "tmap_a", k_byte, a_row, a_policy),
+                        (stage.sa_tile, "tmap_sa", sa_x, sa_y, a_policy)],
+                  "b": [(stage.b_tile, "tmap_b", k_byte, n0, b_policy)]}
         if stage.sb_tile is not None:  # 1x128: this K block's scales of the tile's BLOCK_N rows of B, like sa's
-            e(bulk_copies.tma_load_2d(stage.sb_tile, self.tmaps["tmap_sb"], n0, k_block, stage.full, b_policy))
+            copies["b"].append((stage.sb_tile, "tmap_sb", n0, k_block, b_policy))
+        for operand in ("a", "b"):
+            shared = pair is not None and pair.operand == operand
+            e(*((f"@{pair.own} " if shared else "") + bulk_copies.tma_load_2d(tile, self.tmaps[tmap], x, y,
+                                                                               stage.full, policy)
+                for tile, tmap, x, y, policy in copies[operand]))
+            if shared:
+                e(*(f"@{pair.lead} " + bulk_copies.tma_load_2d_multicast(tile, self.tmaps[tmap], x, y, stage.full,
+                                                                         pair.mask, policy)
+                    for tile, tmap, x, y, policy in copies[operand]))
 
     def prefetch_b(self, k_block: str, n0: str) -> None:
         """Ask L2 for K block ``k_block`` of the tile's B rows (KernelConfig.l2_prefetch)."""

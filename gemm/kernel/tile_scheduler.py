@@ -14,6 +14,11 @@ overlap in L2 instead of streaming all of B past every A row block. The M-block 
 a kernel parameter); N, and so the n-block count, is compiled in. :func:`tile_coords` is the same map in
 Python, for tests and figures.
 
+A pair multicasting B (``multicast_operand="b"``) needs tiles 2i and 2i + 1 in the same *column*, so its walk is
+the transpose: groups of G consecutive m-blocks by all n-blocks, m fastest inside a group (column-major without
+groups). A group's tile count, G times the n-blocks, is then a compile-time constant; the group's width (fewer
+m-blocks in the last one) and, without groups, the m-block count are run-time divisors.
+
 The MoE grouped GEMMs (``config.gemm_type``, :mod:`gemm.grouped`) add where a tile's operands come from:
 
 * **contiguous**: the walk is the dense one over sum(M) rows. Each role reads the tile's group
@@ -39,8 +44,13 @@ from ptx.builder import KernelBuilder
 from ptx.vocab import core
 
 
-def tile_coords(tile: int, m_blocks: int, n_blocks: int, raster_group: int) -> tuple[int, int]:
-    """(m block, n block) of tile ``tile``: what the emitted PTX computes."""
+def tile_coords(tile: int, m_blocks: int, n_blocks: int, raster_group: int,
+                along_m: bool = False) -> tuple[int, int]:
+    """(m block, n block) of tile ``tile``: what the emitted PTX computes. ``along_m``: the walk of a pair that
+    multicasts B (groups of ``raster_group`` m-blocks, m fastest)."""
+    if along_m:
+        n_block, m_block = tile_coords(tile, n_blocks, m_blocks, raster_group)
+        return m_block, n_block
     if raster_group <= 0:
         return divmod(tile, n_blocks)
     group, rest = divmod(tile, raster_group * m_blocks)
@@ -49,9 +59,10 @@ def tile_coords(tile: int, m_blocks: int, n_blocks: int, raster_group: int) -> t
     return rest // width, first_n + rest % width
 
 
-def schedule(cta: int, grid: int, m_blocks: int, n_blocks: int, raster_group: int) -> list[tuple[int, int]]:
+def schedule(cta: int, grid: int, m_blocks: int, n_blocks: int, raster_group: int,
+             along_m: bool = False) -> list[tuple[int, int]]:
     """The tiles CTA ``cta`` of a persistent grid of ``grid`` CTAs computes, in order."""
-    return [tile_coords(t, m_blocks, n_blocks, raster_group) for t in range(cta, m_blocks * n_blocks, grid)]
+    return [tile_coords(t, m_blocks, n_blocks, raster_group, along_m) for t in range(cta, m_blocks * n_blocks, grid)]
 
 
 def masked_schedule(cta: int, grid: int, masked_m, m_max: int, block_m: int, n_blocks: int,
@@ -94,7 +105,9 @@ class TileScheduler:
         e(f"add.u32 {m_blocks}, {m}, {config.block_m - 1};",
           f"shr.u32 {m_blocks}, {m_blocks}, {config.block_m.bit_length() - 1};",
           f"mul.lo.u32 {self.num_tiles}, {m_blocks}, {self.n_blocks};")
-        self.group_tiles = None
+        self.m_blocks, self.group_tiles = m_blocks, None
+        if config.multicast_operand == "b":  # the walk along M: a group's tile count is compiled in (_coords_along_m)
+            return
         if config.raster_group and config.raster_group < self.n_blocks:
             self.group_tiles = r("u32", f"{name}_gtiles")
             e(f"mul.lo.u32 {self.group_tiles}, {m_blocks}, {config.raster_group};")
@@ -102,20 +115,23 @@ class TileScheduler:
     def pair_flags(self, rank: str):
         """Inside :meth:`tiles` of a 2-CTA cluster: the CTAs of a pair walk tiles 2i and 2i + 1 (the grid is even),
         so both compute the same flags from the pair's first tile: whether the peer has a tile at this step and
-        whether the two tiles share their rows (then A is multicast). A pair split across a row or group edge,
-        or an odd last tile, loads A without multicast; both CTAs agree, so neither waits for bytes never sent."""
+        whether the two tiles share the multicast operand (their rows for A, their columns for B). A pair split
+        across a row, column or group edge, or an odd last tile, loads it without multicast; both CTAs agree, so
+        neither waits for bytes never sent."""
         from gemm.kernel.producer import PairFlags
         e, r = self.b.emit, self.b.reg
+        operand = self.config.multicast_operand
         first, second = r("u32", "pair0"), r("u32", "pair1")
         e(f"sub.u32 {first}, {self.tile}, {rank};", f"add.u32 {second}, {first}, 1;")
-        m_first, _ = self._coords(first)
-        m_second, _ = self._coords(second)
-        alive, same, own, lead, rank0, mask = (r("pred", "p_peer"), r("pred"), r("pred", "p_own_a"),
-                                              r("pred", "p_lead_a"), r("pred"), r("b16", "cta_mask"))
-        e(f"setp.lt.u32 {alive}, {second}, {self.num_tiles};", f"setp.eq.u32 {same}, {m_first}, {m_second};",
+        shared_coordinate = 0 if operand == "a" else 1  # m0 for A's rows, n0 for B's columns
+        first_at = self._coords(first)[shared_coordinate]
+        second_at = self._coords(second)[shared_coordinate]
+        alive, same, own, lead, rank0, mask = (r("pred", "p_peer"), r("pred"), r("pred", f"p_own_{operand}"),
+                                              r("pred", f"p_lead_{operand}"), r("pred"), r("b16", "cta_mask"))
+        e(f"setp.lt.u32 {alive}, {second}, {self.num_tiles};", f"setp.eq.u32 {same}, {first_at}, {second_at};",
           f"and.pred {same}, {same}, {alive};", f"not.pred {own}, {same};",
           f"setp.eq.u32 {rank0}, {rank}, 0;", f"and.pred {lead}, {same}, {rank0};", f"mov.b16 {mask}, 3;")
-        return PairFlags(own=own, lead=lead, peer_alive=alive, mask=mask)
+        return PairFlags(own=own, lead=lead, peer_alive=alive, mask=mask, operand=operand)
 
     def _coords(self, tile: str) -> tuple[str, str]:
         e, r, c = self.b.emit, self.b.reg, self.config
@@ -123,6 +139,8 @@ class TileScheduler:
         table = self.seams.tile_coords  # a caller's tile map (gemm.kernel.seams), else the grouped raster
         if table is not None:
             self._coords_table(table, tile, m_block, n_block)
+        elif c.multicast_operand == "b":
+            self._coords_along_m(tile, m_block, n_block)
         elif self.group_tiles is None and c.raster_shifts and is_power_of_two(self.n_blocks):
             e(f"shr.u32 {m_block}, {tile}, {self.n_blocks.bit_length() - 1};",
               f"and.b32 {n_block}, {tile}, {self.n_blocks - 1};")
@@ -149,6 +167,24 @@ class TileScheduler:
         m0, n0 = r("u32", "m0"), r("u32", "n0")
         e(f"mul.lo.u32 {m0}, {m_block}, {c.block_m};", f"mul.lo.u32 {n0}, {n_block}, {c.block_n};")
         return m0, n0
+
+    def _coords_along_m(self, tile: str, m_block: str, n_block: str) -> None:
+        """The walk along M (:func:`tile_coords` with ``along_m``): groups of G m-blocks by all n-blocks, m fastest;
+        G * n_blocks tiles per group, a compile-time constant, and the last group's width min(G, m_blocks - first)."""
+        e, r, c = self.b.emit, self.b.reg, self.config
+        if not c.raster_group:
+            e(f"div.u32 {n_block}, {tile}, {self.m_blocks};", f"rem.u32 {m_block}, {tile}, {self.m_blocks};")
+            return
+        group, first_m, width, rest = r("u32"), r("u32"), r("u32"), r("u32")
+        e(f"div.u32 {group}, {tile}, {c.raster_group * self.n_blocks};",
+          f"mul.lo.u32 {first_m}, {group}, {c.raster_group};",
+          f"sub.u32 {width}, {self.m_blocks}, {first_m};",
+          f"min.u32 {width}, {width}, {c.raster_group};",
+          f"mul.lo.u32 {rest}, {group}, {c.raster_group * self.n_blocks};",
+          f"sub.u32 {rest}, {tile}, {rest};",
+          f"div.u32 {n_block}, {rest}, {width};",
+          f"rem.u32 {m_block}, {rest}, {width};",
+          f"add.u32 {m_block}, {m_block}, {first_m};")
 
     def _coords_table(self, function, tile: str, m_block: str, n_block: str) -> None:
         """(m block, n block) of ``tile`` by a Python ``function(tile, m_blocks, n_blocks, raster_group)`` evaluated
