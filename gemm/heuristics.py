@@ -341,7 +341,8 @@ def _choose_config(m: int, n: int, k: int, device: DeviceFacts, passes: tuple[st
 def b_reads(m: int, config: KernelConfig) -> int:
     """How many tiles load each byte of B from L2: one per row of tiles, ceil(M / BLOCK_M) (swap AB: BLOCK_M is the
     token rows; a masked grouped GEMM: ``m`` is a group's expected_m, its tiles' rows per expert). Splitting K gives
-    each CTA of a cluster its own K blocks of the tile, and a multicast pair shares A, not B: neither changes it."""
+    each CTA of a cluster its own K blocks of the tile: that does not change it. Multicast pairs are not counted (no
+    production config has them): an A pair leaves it as it is, a B pair (multicast_operand="b") would halve it."""
     return ceil_div(max(m, 1), config.block_m)
 
 

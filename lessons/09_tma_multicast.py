@@ -22,6 +22,13 @@ The config is stage 08's plus ``multicast=2``; the emitters are :meth:`gemm.kern
 :meth:`gemm.kernel.generator._Kernel.release`. A's L2 reads halve: with 128 x 128 tiles, the bytes per tile fed
 from L2 drop from (128 + 128) to (64 + 128) rows of K.
 
+The other operand: ``multicast_operand="b"`` walks the tiles along M instead (tile_coords(..., along_m=True)), so
+the pair shares B's columns and rank 0 multicasts B. Measured on an H200 at seven prefill shapes against production
+(results/sweep_multicast_b.json, six paired rounds): 0.963-1.001, below A multicast's 0.981-1.005. ncu at
+4096 x 4096 x 7168 (results/ncu_multicast_4096x4096x7168_*.txt): either pair costs about 2% in SM cycles, the L2
+sectors read do not drop, and the walk along M reads more from DRAM (141 against 104 MB); docs/benchmarks.md,
+"The other operand".
+
 Speed of light: the FP8 tensor cores, 1979 TFLOP/s dense, as for stage 08; the stage 08 profile
 (results/ncu_08_4096x4096x7168.txt) showed the 128 x 128 tile feed-bound at L2 (77% of its throughput), which is
 the traffic multicast halves for A.

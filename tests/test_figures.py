@@ -355,16 +355,18 @@ def test_grouped_raster_reads_fewer_blocks_per_wave():
     assert figures.wave_footprint(32, 32, 132, 16) < figures.wave_footprint(32, 32, 132, 0)
 
 
+@pytest.mark.parametrize("along_m", [False, True])
 @pytest.mark.parametrize("grid, m_blocks, n_blocks, group", [(8, 6, 10, 4), (8, 5, 9, 4), (132, 32, 32, 16)])
-def test_cluster_steps_pair_tiles_2i_and_2i_plus_1(grid, m_blocks, n_blocks, group):
+def test_cluster_steps_pair_tiles_2i_and_2i_plus_1(grid, m_blocks, n_blocks, group, along_m):
     from gemm.kernel.tile_scheduler import tile_coords
-    steps = figures.cluster_steps(grid, m_blocks, n_blocks, group)
+    steps = figures.cluster_steps(grid, m_blocks, n_blocks, group, along_m)
     tiles = [t for s in steps for t in (s[2], s[3]) if t is not None]
-    assert sorted(tiles) == sorted(tile_coords(t, m_blocks, n_blocks, group) for t in range(m_blocks * n_blocks))
+    assert sorted(tiles) == [(mb, nb) for mb in range(m_blocks) for nb in range(n_blocks)]
+    shared_coordinate = 1 if along_m else 0  # B pairs share the n block, A pairs the m block
     for cluster, step, first, second, shared in steps:
         t = 2 * cluster + step * grid  # rank 0's tile number: even, the pair's first
-        assert first == tile_coords(t, m_blocks, n_blocks, group)
-        assert shared == (second is not None and first[0] == second[0])
+        assert first == tile_coords(t, m_blocks, n_blocks, group, along_m)
+        assert shared == (second is not None and first[shared_coordinate] == second[shared_coordinate])
     assert sum(figures.census(steps)) == len(steps)
 
 

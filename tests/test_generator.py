@@ -179,6 +179,16 @@ def test_the_walk_along_m_schedules_every_tile_once_and_pairs_share_columns(m_bl
             assert first[1] == second[1] and second[0] == first[0] + 1, (pair, first, second)
 
 
+@pytest.mark.parametrize("operand, m, n", [("b", 192, 64), ("a", 64, 192), ("b", 320, 192), ("a", 192, 320)])
+def test_a_lone_last_tile_after_a_group_that_fills_its_side_on_the_emulator(operand, m, n, rng):
+    """An odd tile count whose groups (odd G) divide the walked side: the pair flags of the last, lone tile must not
+    look at tile `num_tiles` (its group would be zero blocks wide: a division by zero); exact, every element."""
+    from gemm.testing.emulated import run_gemm
+    config = KernelConfig(block_m=64, block_n=64, stages=2, multicast=2, multicast_operand=operand, raster_group=1)
+    problem = small_integer_problem(m, n, 256, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=2, seed=int(rng.integers(1000))), problem)
+
+
 def test_b_multicast_misuse_is_named():
     with pytest.raises(ValueError, match="multicast_operand must be 'a'"):
         KernelConfig(multicast=2, multicast_operand="c")
@@ -187,6 +197,12 @@ def test_b_multicast_misuse_is_named():
     with pytest.raises(ValueError, match="needs multicast=2 and raster_shifts=False"):
         KernelConfig(multicast=2, multicast_operand="b", raster_shifts=True)
     assert "B multicast to 2 CTAs" in KernelConfig(multicast=2, multicast_operand="b").describe()
+    with pytest.raises(ValueError, match="raster_group must be in 0..65535"):
+        KernelConfig(multicast=2, multicast_operand="b", raster_group=2**31)
+    from gemm.kernel.seams import Seams
+    seams = Seams(tile_coords=lambda t, m_blocks, n_blocks, group: divmod(t, n_blocks), rows=256)
+    with pytest.raises(ValueError, match="tile_coords seam gives a walk of its own"):
+        generate(KernelConfig(block_m=128, multicast=2, multicast_operand="b"), 256, 256, seams)
 
 
 def test_grouped_order_keeps_a_wave_within_a_few_n_blocks():

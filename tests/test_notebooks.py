@@ -229,6 +229,27 @@ def test_executor_without_jupyter_stores_what_jupyter_would(tmp_path):
     assert "".join(printed["text"]) == "after the figure\n"
 
 
+@pytest.mark.parametrize("engine", ["nbclient", "exec"])
+def test_a_figure_drawn_without_pyplot_is_stored_as_png(tmp_path, engine):
+    """The course's figures are matplotlib Figures made without pyplot (lessons.figures); display(figure) must
+    store a PNG under either engine (a Jupyter kernel registers no PNG formatter for them on its own)."""
+    pytest.importorskip("matplotlib")
+    if engine == "nbclient":
+        for module in ("nbclient", "nbformat", "ipykernel"):
+            pytest.importorskip(module)
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    toy = folder / "figure.ipynb"
+    _toy(toy, [("code", "from matplotlib.figure import Figure\nfigure = Figure(figsize=(2, 1))\n"
+                        "figure.subplots().plot([0, 1], [1, 0])\ndisplay(figure)")])
+    result = subprocess.run([sys.executable, "-m", "lessons", "notebooks", "--engine", engine, "--timeout", "120",
+                             "--execute", str(toy)], cwd=ROOT, env=_environment(), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (output,) = [o for c in json.loads(toy.read_text())["cells"] for o in c["outputs"]]
+    assert output["output_type"] == "display_data" and output["data"]["image/png"].startswith("iVBORw0KGgo"), output
+
+
 # ------------------------------------------------------------------------------ the course exercise
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

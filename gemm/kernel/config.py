@@ -219,8 +219,9 @@ class KernelConfig:
                              f"accumulators{scales} "
                              f"= {self.math_registers_needed} registers per thread: more than the "
                              f"{MATH_REGISTER_BUDGET} a math thread can hold beside its addresses")
-        if self.raster_group < 0:
-            raise ValueError(f"raster_group must be >= 0, got {self.raster_group}")
+        if not 0 <= self.raster_group <= 65535:  # a group's tile count, G x the other side's blocks, is a u32
+            raise ValueError(f"raster_group must be in 0..65535 (blocks per group; 0: no groups), "
+                             f"got {self.raster_group}")
         if self.stages < 2:
             raise ValueError(f"stages must be >= 2, got {self.stages}")
         if self.producer == "inline" and self.stages < 3:

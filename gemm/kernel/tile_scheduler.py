@@ -117,18 +117,20 @@ class TileScheduler:
         so both compute the same flags from the pair's first tile: whether the peer has a tile at this step and
         whether the two tiles share the multicast operand (their rows for A, their columns for B). A pair split
         across a row, column or group edge, or an odd last tile, loads it without multicast; both CTAs agree, so
-        neither waits for bytes never sent."""
+        neither waits for bytes never sent. Without a second tile the first stands in for it (a tile index past
+        the last could divide by a zero-wide raster group, or read past a tile_coords table), and the flag is off."""
         from gemm.kernel.producer import PairFlags
         e, r = self.b.emit, self.b.reg
         operand = self.config.multicast_operand
-        first, second = r("u32", "pair0"), r("u32", "pair1")
-        e(f"sub.u32 {first}, {self.tile}, {rank};", f"add.u32 {second}, {first}, 1;")
-        shared_coordinate = 0 if operand == "a" else 1  # m0 for A's rows, n0 for B's columns
-        first_at = self._coords(first)[shared_coordinate]
-        second_at = self._coords(second)[shared_coordinate]
+        first, second, probe = r("u32", "pair0"), r("u32", "pair1"), r("u32", "pair1_at")
         alive, same, own, lead, rank0, mask = (r("pred", "p_peer"), r("pred"), r("pred", f"p_own_{operand}"),
                                               r("pred", f"p_lead_{operand}"), r("pred"), r("b16", "cta_mask"))
-        e(f"setp.lt.u32 {alive}, {second}, {self.num_tiles};", f"setp.eq.u32 {same}, {first_at}, {second_at};",
+        e(f"sub.u32 {first}, {self.tile}, {rank};", f"add.u32 {second}, {first}, 1;",
+          f"setp.lt.u32 {alive}, {second}, {self.num_tiles};", f"selp.u32 {probe}, {second}, {first}, {alive};")
+        shared_coordinate = 0 if operand == "a" else 1  # m0 for A's rows, n0 for B's columns
+        first_at = self._coords(first)[shared_coordinate]
+        second_at = self._coords(probe)[shared_coordinate]
+        e(f"setp.eq.u32 {same}, {first_at}, {second_at};",
           f"and.pred {same}, {same}, {alive};", f"not.pred {own}, {same};",
           f"setp.eq.u32 {rank0}, {rank}, 0;", f"and.pred {lead}, {same}, {rank0};", f"mov.b16 {mask}, 3;")
         return PairFlags(own=own, lead=lead, peer_alive=alive, mask=mask, operand=operand)
@@ -195,6 +197,9 @@ class TileScheduler:
         rows = self.seams.rows
         if self.config.grouped or rows is None:
             raise ValueError("the tile_coords seam needs a dense GEMM and rows=M (the M the kernel will run at)")
+        if c.multicast_operand == "b":
+            raise ValueError("the tile_coords seam gives a walk of its own, and multicast_operand='b' needs the walk "
+                             "along M (tile_coords(..., along_m=True)): use multicast_operand='a' with the seam")
         m_blocks = ceil_div(rows, c.block_m)
         packed, offset, address = r("u32", "tile_mn"), r("u64", "tile_off"), r("u64", "tile_at")
         values = []

@@ -21,6 +21,7 @@ figure                         drawn from
 07_producer_consumer_timeline  stage 07's generator config run by the emulator (gemm.testing.emulated), traced
 08_tile_raster                 ``schedule`` / ``tile_coords`` (gemm.kernel.tile_scheduler)
 09_cluster_multicast           ``schedule`` + the pair rule of ``TileScheduler.pair_flags``
+09_cluster_multicast_b         the same along M (``schedule(..., along_m=True)``): the pairs that share B
 10_ffma_yield_bits             stage 09 / 10 cubins, ``is_yield``, ``reuse_b``, ``ffma_runs`` (ptx.passes)
 11_tall_tile_waves             ``tile_rows`` (gemm.kernel.math_warpgroups: what ``MathWarpgroups.wave_row`` adds)
 12_split_k_cluster             ``k_share``, ``tiles`` (gemm.kernel.config), ``grid`` (gemm.kernel.launch), stages
@@ -85,8 +86,8 @@ from lessons.figures.tensor_core_layouts import (accumulator_map, descriptor_exa
                                                  ldmatrix_roles, ldmatrix_swizzle, mma_fragment_maps, mma_fragments,
                                                  stage04_swizzle, sw128_atom, sw128_layout, wgmma_accumulator,
                                                  wgmma_descriptor)
-from lessons.figures.tile_schedules import (MOE_EXAMPLE, census, cluster_multicast, cluster_steps, moe_layouts,
-                                            moe_walk_map, raster_map, tile_raster, wave_footprint)
+from lessons.figures.tile_schedules import (MOE_EXAMPLE, census, cluster_multicast, cluster_multicast_b, cluster_steps,
+                                            moe_layouts, moe_walk_map, raster_map, tile_raster, wave_footprint)
 from lessons.figures.uniform_datapath import k_block_classes, uniform_datapath
 
 FIGURES = {
@@ -102,6 +103,7 @@ FIGURES = {
     "07_producer_consumer_timeline": producer_consumer_timeline,
     "08_tile_raster": tile_raster,
     "09_cluster_multicast": cluster_multicast,
+    "09_cluster_multicast_b": cluster_multicast_b,
     "10_ffma_yield_bits": ffma_yield_bits,
     "11_tall_tile_waves": tall_tile_waves,
     "12_split_k_cluster": split_k_cluster,

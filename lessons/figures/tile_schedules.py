@@ -55,16 +55,19 @@ def tile_raster(m_blocks: int = 12, n_blocks: int = 20, grid: int = 13, groups=(
     return fig
 
 
-def cluster_steps(grid: int, m_blocks: int, n_blocks: int, group: int) -> list[tuple]:
-    """[(cluster, step, rank 0's tile, rank 1's tile or None, A multicast)]: CTAs 2c and 2c + 1 walk their
+def cluster_steps(grid: int, m_blocks: int, n_blocks: int, group: int, along_m: bool = False) -> list[tuple]:
+    """[(cluster, step, rank 0's tile, rank 1's tile or None, multicast)]: CTAs 2c and 2c + 1 walk their
     ``schedule`` side by side; TileScheduler.pair_flags multicasts A when both have a tile and the tiles share
-    their m block (the pair's tiles are t and t + 1, t even: the same rule from the pair's first tile)."""
+    their m block (the pair's tiles are t and t + 1, t even: the same rule from the pair's first tile), or, with
+    ``along_m`` (``multicast_operand="b"``: the walk along M), B when they share their n block."""
     from gemm.kernel.tile_scheduler import schedule
+    shared_coordinate = 1 if along_m else 0
     steps = []
     for cluster in range(grid // 2):
-        walks = [schedule(2 * cluster + rank, grid, m_blocks, n_blocks, group) for rank in (0, 1)]
+        walks = [schedule(2 * cluster + rank, grid, m_blocks, n_blocks, group, along_m) for rank in (0, 1)]
         for step, (first, second) in enumerate(zip_longest(*walks)):
-            steps.append((cluster, step, first, second, second is not None and first[0] == second[0]))
+            steps.append((cluster, step, first, second,
+                          second is not None and first[shared_coordinate] == second[shared_coordinate]))
     return steps
 
 
@@ -75,12 +78,14 @@ def census(steps) -> tuple[int, int, int]:
     return shared, len(steps) - shared - lone, lone
 
 
-def cluster_multicast(cases=((6, 10), (5, 9)), grid: int = 8, group: int = 4) -> Figure:
+def cluster_multicast(cases=((6, 10), (5, 9)), grid: int = 8, group: int = 4, along_m: bool = False) -> Figure:
+    """Stage 09's pairs, A multicast (the walk along N); ``along_m``: B multicast (the walk along M)."""
+    operand, edge = ("B", "columns") if along_m else ("A", "rows")
     fig = new_figure(15, 4.6)
     axes = fig.subplots(1, len(cases), gridspec_kw={"width_ratios": [n for _, n in cases]})
     colors = colormaps["tab10"]
     for ax, (m_blocks, n_blocks) in zip(np.atleast_1d(axes), cases):
-        steps = cluster_steps(grid, m_blocks, n_blocks, group)
+        steps = cluster_steps(grid, m_blocks, n_blocks, group, along_m)
         image = np.ones((m_blocks, n_blocks, 3))
         for cluster, step, first, second, shared in steps:
             for rank, tile in enumerate((first, second)):
@@ -88,8 +93,9 @@ def cluster_multicast(cases=((6, 10), (5, 9)), grid: int = 8, group: int = 4) ->
                     color = np.array(colors(cluster)[:3])
                     image[tile] = color if rank == 0 else 0.55 * color + 0.45  # rank 1: the same hue, lighter
             if shared:
-                left = min(first[1], second[1])
-                ax.add_patch(Rectangle((left - 0.45, first[0] - 0.45), 1.9, 0.9, fill=False, lw=2.2, ec="black"))
+                left, top = min(first[1], second[1]), min(first[0], second[0])
+                width, height = (0.9, 1.9) if along_m else (1.9, 0.9)
+                ax.add_patch(Rectangle((left - 0.45, top - 0.45), width, height, fill=False, lw=2.2, ec="black"))
             elif second is not None:
                 ax.plot([first[1] + 0.3, second[1] + 0.3], [first[0], second[0]], "k--", lw=1.6)
             else:
@@ -102,13 +108,24 @@ def cluster_multicast(cases=((6, 10), (5, 9)), grid: int = 8, group: int = 4) ->
                     ax.text(tile[1], tile[0] + 0.25, f"{rank}·{step}", ha="center", va="center", fontsize=7)
         shared, split, lone = census(steps)
         ax.set_title(f"{m_blocks} x {n_blocks} tiles, {grid} CTAs = {grid // 2} clusters, G = {group}:\n"
-                     f"{shared} pairs multicast A, {split} split across rows, lone CTA steps: {lone}", fontsize=10)
+                     f"{shared} pairs multicast {operand}, {split} split across {edge}, lone CTA steps: {lone}",
+                     fontsize=10)
         ax.set_xlabel("n block")
         ax.set_ylabel("m block")
-    fig.suptitle("Stage 09: 2-CTA clusters (colour = cluster, lighter = rank 1, label rank·step). Boxed pair: same m "
-                 "block, rank 0 multicasts A to both; dashed: rows differ, each loads its own A; dotted: no peer tile",
-                 fontsize=10)
+    if along_m:
+        fig.suptitle("B multicast (multicast_operand='b'): the walk runs along M, G m-blocks per group. Boxed pair: "
+                     "same n block, rank 0 multicasts B to both; dashed: columns differ, each loads its own B; "
+                     "dotted: no peer tile", fontsize=10)
+    else:
+        fig.suptitle("Stage 09: 2-CTA clusters (colour = cluster, lighter = rank 1, label rank·step). Boxed pair: "
+                     "same m block, rank 0 multicasts A to both; dashed: rows differ, each loads its own A; dotted: "
+                     "no peer tile", fontsize=10)
     return fig
+
+
+def cluster_multicast_b(cases=((6, 10), (5, 9)), grid: int = 8, group: int = 4) -> Figure:
+    """The pairs of a B multicast walk (``multicast_operand="b"``) on stage 09's two toy grids."""
+    return cluster_multicast(cases, grid, group, along_m=True)
 
 
 MOE_EXAMPLE = dict(counts=(150, 0, 40, 90), block_m=64, n_blocks=3, grid=5, m_max=192)

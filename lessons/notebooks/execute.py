@@ -166,6 +166,24 @@ def have_jupyter() -> bool:
 
 # ------------------------------------------------------------------------------------------ nbclient
 
+KERNEL_FIGURE_FORMATTER = """\
+def _register_figure_png():
+    import io
+    from matplotlib.figure import Figure
+
+    def png(figure):
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", bbox_inches="tight")
+        return buffer.getvalue()
+
+    get_ipython().display_formatter.formatters["image/png"].for_type(Figure, png)
+
+
+_register_figure_png()
+del _register_figure_png
+"""
+
+
 def run_nbclient(path: Path, timeout: int, env: dict[str, str], scratch: Path) -> list[list[dict]]:
     """Run ``path`` in a Jupyter kernel of this interpreter; the outputs of each code cell."""
     import nbclient
@@ -179,8 +197,14 @@ def run_nbclient(path: Path, timeout: int, env: dict[str, str], scratch: Path) -
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "Python 3", "language": "python"}))
+    # The figures are drawn without pyplot, so IPython's inline backend never registers its PNG formatter for
+    # them and display(figure) would store text only: a startup file of a scratch IPython profile registers one.
+    startup = scratch / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-figures-as-png.py").write_text(KERNEL_FIGURE_FORMATTER)
     saved = dict(os.environ)
-    os.environ.update(env, JUPYTER_PATH=os.pathsep.join(filter(None, [str(scratch), env.get("JUPYTER_PATH")])))
+    os.environ.update(env, JUPYTER_PATH=os.pathsep.join(filter(None, [str(scratch), env.get("JUPYTER_PATH")])),
+                      IPYTHONDIR=str(scratch / "ipython"))
     try:
         nb = nbformat.read(path, as_version=4)
         client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout, allow_errors=False,

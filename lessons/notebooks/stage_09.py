@@ -190,6 +190,43 @@ docs/benchmarks.md keeps the table, regenerated from the same file."""),
 ]
 
 
+MULTICAST_B_COMMAND = ('python -m gemm bench configs "4096,4096,7168;4096,7168,16384;8192,8192,8192;4096,24576,1536;'
+                       '2048,24576,1536;4096,2112,7168;4096,7168,2048" production production:multicast=2 '
+                       'production:multicast=2,multicast_operand=b "production:multicast=2,multicast_operand=b,'
+                       'raster_group=8" --rounds 6 --warmup 1 --clocks --json results/sweep_multicast_b.json')
+
+
+OTHER_OPERAND_CELLS = [
+    markdown("""\
+## The other operand: B
+
+A pair can share B instead: then tiles 2i and 2i + 1 must sit in the same *column*, so the walk runs along M
+(groups of G m-blocks by all n-blocks, m fastest: `schedule(..., along_m=True)`), and rank 0 multicasts B where
+it multicast A. One field, `multicast_operand="b"`; the flags, releases and drain are this stage's. DeepGEMM picks
+the operand per shape. Below, the same two toy grids walked along M, then the pairs' census at the ladder's shape:
+sharing B saves BLOCK_N rows per pair and K block where sharing A saves BLOCK_M."""),
+    code('''\
+from lessons.figures import cluster_multicast_b
+
+display(cluster_multicast_b(((6, 10), (5, 9)), grid=8, group=4))
+
+b_shared, b_split, b_lone = census(cluster_steps(ctas, m_blocks, n_blocks, config.raster_group, along_m=True))
+rows_after_b = rows_before - b_shared * config.block_n
+print(f"B pairs at the ladder's shape: {b_shared} share B, {b_split} split, lone CTA steps: {b_lone}; rows read "
+      f"from L2 per K block {rows_before} -> {rows_after_b} ({rows_after_b / rows_before:.2f}x; A pairs: "
+      f"{rows_after / rows_before:.2f}x)")'''),
+    code(f'''\
+multicast_b_sweep = show_sweep("sweep_multicast_b.json", {MULTICAST_B_COMMAND!r},
+                               ratios=[("production:multicast=2", "production"),
+                                       ("production:multicast=2,multicast_operand=b", "production")])'''),
+    markdown("""\
+Read it as this stage's own result: each pair costs about 2% in SM cycles whatever it shares (ncu, in
+docs/benchmarks.md "The other operand"), the L2 was not the limit, and the walk along M at M = 4096 keeps all of A
+in flight, so B's pairs also read more from DRAM (141 against 104 MB at 4096 × 4096 × 7168). A loss at six of
+seven shapes, a tie at the seventh; production multicasts neither operand."""),
+]
+
+
 def cells() -> list[dict]:
     return generated_notebook(
         9, intro=INTRO, config_note=CONFIG, emitter_note=EMITTER,
@@ -201,5 +238,5 @@ def cells() -> list[dict]:
         key_opcodes=["UTMALDG", "UCGABAR_ARV", "UCGABAR_WAIT", "SYNCS", "QGMMA", "FFMA"],
         sass_opcodes=["UTMALDG", "SYNCS", "UCGABAR_ARV", "UCGABAR_WAIT"], opcodes_note=OPCODES,
         opcode_families=["UCGABAR_ARV", "UCGABAR_WAIT", "MEMBAR", "ERRBAR", "CGAERRBAR", "CCTL"],
-        figures=FIGURE_CELLS, extra=MEASURED_CELLS, shapes_gpu=SHAPES_GPU, check_note=CHECK_NOTE,
+        figures=FIGURE_CELLS, extra=MEASURED_CELLS + OTHER_OPERAND_CELLS, shapes_gpu=SHAPES_GPU, check_note=CHECK_NOTE,
         emulator=emulator_cells(9))
