@@ -78,14 +78,16 @@ from lessons.ladder import committed_summary, percent, speed_of_light
 print(committed_summary({number}))
 
 if is_hopper():
+    from gemm.heuristics import device_facts
     from gemm.testing.timer import bench_kernel
     m, n, k = {m}, {n}, {k}  # {"the ladder's shape" if at_ladder else "this stage's own shape, stage.SHAPE"}
     a, sa, b, sb = to_device(*random_problem(m, n, k))
     d = cuda.device_array((m, n), np.uint16)
     timing = bench_kernel(lambda stream: stage.gemm(a, sa, b, sb, d, stream=stream))
     tflops = timing.tflops(flops(m, n, k))
-    bound = speed_of_light({number}, m, n, k)
-    print(f"now: M={{m}} N={{n}} K={{k}}: {{timing.median_us:.1f}} us, {{tflops:.1f}} TFLOP/s, "
+    gpu = device_facts().name  # this run's GPU, which need not be the committed run's; its HBM bounds the stage
+    bound = speed_of_light({number}, m, n, k, gpu)
+    print(f"now, on {{gpu}}: M={{m}} N={{n}} K={{k}}: {{timing.median_us:.1f}} us, {{tflops:.1f}} TFLOP/s, "
           f"{{timing.gbps(gemm_bytes(m, n, k)):.0f}} GB/s, {{percent(100 * tflops / bound['bound_tflops'])}} of its "
           f"speed of light ({{bound['bound_unit']}})")
 else:
