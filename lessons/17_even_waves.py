@@ -35,12 +35,12 @@ run (results/sweep_even_waves_paired.json; docs/benchmarks.md "Even waves at lon
 - 4096 x 7168 x 16384: +2.7% (+1.4% in the second run; 7 of 8 rounds ahead in each);
 - 8192^3, where the count stays 132: 0.998, the control.
 With stage 09's A multicast pairs on top, as this stage has, the second run measured +1.6% at the ladder's shape
-(7 of 8 rounds ahead). The ladder times each stage once (a median of five, not round by round), so its 1.01x over
-stage 16 below is inside that run's resolution; the rounds above are the evidence.
+(7 of 8 rounds ahead). The ladder times each stage once (a median of five, not round by round), so its ratio to stage 16 below (1.00x;
+1.01x in the run before) is inside that run's resolution; the rounds above are the evidence.
 
 Speed of light: the FP8 tensor cores, 1979 TFLOP/s dense, as for stages 08-16. The stage does not move it.
 
-Measured: 1,450 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H200, 1.01x stage 16; 73% of its speed of light (FP8
+Measured: 1,438 TFLOP/s at M=4096 N=4096 K=7168 on NVIDIA H200, 1.00x stage 16; 73% of its speed of light (FP8
 QGMMA, 1,979 TFLOP/s), 73% of the FP8 peak (results/ladder_h200.json, `python -m lessons ladder`).
 """
 import lessons
