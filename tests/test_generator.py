@@ -347,6 +347,62 @@ def test_split_k_clusters_on_the_emulator(m, n, k, fields, seed, rng):
     assert_exact(run_gemm(config, *problem, sm_count=3, seed=seed), problem)
 
 
+@pytest.mark.parametrize("seed", [None, 1, 2])
+@pytest.mark.parametrize("m, n, k, fields", [case for case in SPLIT_K_CASES if case[3]["split_k"] < 8])
+def test_split_k_partials_pushed_on_the_emulator(m, n, k, fields, seed, rng):
+    """split_k_push: ranks 1.. send their totals into rank 0's inbox with st.async and exit; rank 0 waits on its
+    inbox barrier. Exact, every element written, under round-robin and random schedules (a peer that sends before
+    rank 0 initialised its barrier, or a rank 0 that reads before the bytes landed, fails here)."""
+    from gemm.testing.emulated import run_gemm
+    config = KernelConfig(**fields, persistent=False, raster_group=0, split_k_push=True)
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=4, seed=seed), problem)
+
+
+@pytest.mark.parametrize("shape, small", [((16, 2112, 7168), (16, 200, 1536)), ((64, 2112, 7168), (64, 120, 1024)),
+                                          ((5, 2112, 7168), (5, 72, 896))])
+def test_production_decode_configs_push_their_partials_on_the_emulator(shape, small, rng):
+    """Production's decode configs (swap AB split over three CTAs; a pair of 64-row tiles with two K blocks in
+    flight) with split_k_push, on small ragged shapes: exact under a random schedule; and the SASS has the
+    st.async messages (STAS) and one cluster barrier instead of the exchange's eight."""
+    from gemm.testing.emulated import run_gemm
+    config = choose_config(*shape).replace(split_k_push=True)
+    problem = small_integer_problem(*small, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=6, seed=int(rng.integers(1000))), problem)
+    cubin, ops = assemble(config, *shape[1:])
+    assert_clean_resources(cubin, KERNEL)
+    assert ops["STAS"] >= 1 and ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1, ops
+
+
+def test_a_push_without_the_start_phase_is_caught_on_the_emulator():
+    """Take out the peer's barrier.cluster.wait before its st.async messages: under some schedules a peer sends
+    before rank 0 has initialised its inbox barrier, and the emulator names it (the wait is what orders them)."""
+    from gemm.testing.emulated import run_gemm
+    from ptx.emulate.common import EmulationError
+    config = KernelConfig(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0, split_k=2,
+                          split_k_push=True)
+    lines = generate(config, 136, 256).splitlines()
+    assert sum("barrier.cluster.wait" in line for line in lines) == 1
+    broken = "\n".join(line for line in lines if "barrier.cluster.wait" not in line)
+    problem = small_integer_problem(20, 136, 256, np.random.default_rng(0))
+    caught = []
+    for seed in range(20):
+        try:
+            run_gemm(config, *problem, sm_count=4, seed=seed, ptx=broken)
+        except EmulationError as error:
+            caught.append(str(error))
+    assert caught and all("uninitialised barrier" in text for text in caught), caught[:2]
+
+
+def test_split_k_push_misuse_is_named():
+    with pytest.raises(ValueError, match="split_k_push sends split-K partial totals to rank 0: it needs split_k > 1"):
+        KernelConfig(split_k_push=True)
+    too_big = KernelConfig(block_m=64, block_n=128, stages=2, persistent=False, raster_group=0, split_k=8,
+                           split_k_push=True)
+    with pytest.raises(ValueError, match="bytes of shared memory"):
+        generate(too_big, 304, 1152)
+
+
 def test_split_k_fp32_accumulate_on_the_emulator(rng):
     """FP32 D += A*B with the K blocks split over 4 CTAs: rank 0 adds the four shares before the one TMA reduce-add."""
     from gemm.testing.emulated import run_gemm
@@ -518,6 +574,9 @@ GPU_CONFIGS = {
     "split-K 4, 128x56": lambda m, n, k: KernelConfig(block_m=128, block_n=56, stages=4, persistent=False,
                                                       raster_group=0, split_k=4 if k >= 512 else 2),
     "08-128x56": lambda m, n, k: STAGE08.config(m, n, k).replace(block_m=128, block_n=56, stages=5),
+    "split-K 3 pushed, 64x64": lambda m, n, k: KernelConfig(block_m=64, block_n=64, stages=4, persistent=False,
+                                                           raster_group=0, split_k=3 if k >= 384 else 2,
+                                                           split_k_push=True),
 }
 
 

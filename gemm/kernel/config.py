@@ -53,7 +53,11 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   K loop a chain of dependent round trips). CTA rank r computes K blocks [r*Kb/S, (r+1)*Kb/S) into its totals;
   the others write theirs into their own (idle) ring, a cluster barrier publishes them, and rank 0 reads them
   through distributed shared memory (``ld.shared::cluster``), adds them and runs the epilogue. One tile per
-  cluster (persistent=False), the 128x128 forward kernel only.
+  cluster (persistent=False), the 128x128 forward kernel only. With ``split_k_push`` the peers instead send their
+  totals into an inbox in rank 0's shared memory (``st.async``, each message's bytes completed on rank 0's inbox
+  barrier) and exit: rank 0 waits on that barrier, not on a cluster barrier, and reads its own shared memory; the
+  only cluster barrier is one phase every thread arrives on at the start (after the inbox barrier's init), which a
+  peer waits on before its first message.
 * ``accumulators``: wgmma accumulator sets per math warpgroup. With 1, a K block is a chain: wait for its stage,
   four wgmmas, ``wait_group 0``, release, promotion, then the next. With 2 (DeeperGEMM's idea), K block k+1's
   wgmmas are issued into the second set before K block k's promotion, and ``wait_group 1`` waits for k's only, so
@@ -127,6 +131,9 @@ class KernelConfig:
     pdl: bool = False  # programmatic dependent launch: the prologue overlaps the previous kernel's tail
     b_scales: str = "128x128"
     split_k: int = 1
+    # split-K: ranks 1.. push their totals into rank 0's shared memory with st.async, completed on a barrier there,
+    # instead of a cluster barrier after which rank 0 reads them remotely (see the module docstring)
+    split_k_push: bool = False
     # the math warpgroup's A offset broadcast from lane 0 (shfl.sync), so ptxas builds its wgmma descriptors on the
     # uniform datapath; False: computed from %tid per thread (the ablation, docs/benchmarks.md)
     uniform_offsets: bool = True
@@ -278,6 +285,8 @@ class KernelConfig:
         if self.split_k not in SPLIT_K:
             raise ValueError(f"split_k must be one of {SPLIT_K} (CTAs of a cluster sharing a tile's K blocks), "
                              f"got {self.split_k}")
+        if self.split_k_push and self.split_k == 1:
+            raise ValueError("split_k_push sends split-K partial totals to rank 0: it needs split_k > 1")
         if self.split_k > 1 and (self.persistent or self.producer != "warpgroup" or self.multicast != 1
                                  or self.grouped or self.b_scales != "128x128"):
             raise ValueError("split_k > 1 gives each cluster one tile of the dense forward GEMM: it needs "
@@ -432,7 +441,8 @@ class KernelConfig:
         if self.b_scales != "128x128":
             fields.append(f"{self.b_scales} B scales")
         if self.split_k > 1:
-            fields.append(f"K split over {self.split_k} CTAs")
+            fields.append(f"K split over {self.split_k} CTAs" + (", partials pushed (st.async)" if self.split_k_push
+                                                                   else ""))
         if not self.uniform_offsets:
             fields.append("per-thread A offsets")
         if not self.early_poll and self.producer == "warpgroup" and self.accumulators == 1:
@@ -563,7 +573,23 @@ class SharedPlan:
         return self.full_region + 8 * self.config.stages
 
     @property
+    def inbox_barrier(self) -> int:
+        """split_k_push: the barrier rank 0's inbox completes on (8 bytes after the empty barriers)."""
+        return self.empty_region + 8 * self.config.stages
+
+    @property
+    def inbox_region(self) -> int:
+        """split_k_push: rank 0's inbox, one CTA's partials per peer (rank r's at (r - 1) * partials_bytes)."""
+        return -(-(self.inbox_barrier + 8) // 16) * 16
+
+    @property
+    def inbox_bytes(self) -> int:
+        return (self.config.split_k - 1) * self.partials_bytes if self.config.split_k_push else 0
+
+    @property
     def shared_bytes(self) -> int:
+        if self.config.split_k_push:
+            return self.inbox_region + self.inbox_bytes + ALIGN_SLACK
         return self.empty_region + 8 * self.config.stages + ALIGN_SLACK
 
     @property
@@ -578,7 +604,7 @@ class SharedPlan:
                              f"more than the {SHARED_LIMIT} a block may have: use fewer stages")
         if c.epilogue == "staged" and not self.d_bytes and c.block_m * staging_pitch(c.block_n) > self.b_region:
             raise ValueError(f"{c.describe()}: the staged epilogue tile does not fit in the A ring; add stages")
-        if c.split_k > 1 and self.partials_bytes > self.sa_region:
+        if c.split_k > 1 and not c.split_k_push and self.partials_bytes > self.sa_region:
             raise ValueError(f"{c.describe()}: a CTA's partial totals ({self.partials_bytes} bytes) do not fit in "
                              f"its ring ({self.sa_region} bytes of A and B tiles); add stages")
         if c.split_k > 1 and self.k and self.kb < c.split_k:

@@ -129,12 +129,23 @@ class _Kernel:
                                 else _arrival_count(arrivals(c.multicast, c.math_threads // 32)))
         if "tmap_d" in self.tmaps:
             e(bulk_copies.prefetch_tensormap(self.tmaps["tmap_d"]))
-        b.place(skip)
+        self.inbox = None
+        if c.split_k_push:  # rank 0's inbox barrier: one arrival (its expect_tx) and the peers' message bytes
+            self.inbox = r("u32", "inbox_bar")
+            b.place(skip)
+            e(f"add.u32 {self.inbox}, {self.smem}, {self.plan.inbox_barrier};")
+            init_done = b.label("inbox_init_done")
+            e(f"@!{first} bra {init_done};", barriers.mbarrier_init(self.inbox, 1), barriers.fence_mbarrier_init())
+            b.place(init_done)
+        else:
+            b.place(skip)
         if c.multicast > 1:  # the peer's barriers must be initialised before anything may arrive on them
             self.rank = r("u32", "rank")
             e(core.cluster_rank(self.rank), barriers.cluster_sync())
         else:
             e(core.bar_sync(0))
+        if c.split_k_push:  # the phase a peer waits on before its first message: rank 0's inbox is initialised
+            e(barriers.cluster_arrive_relaxed())
         if c.pdl:  # the prologue above touched no global memory: from here on the previous grid must be done
             e(barriers.grid_dependency_wait(), barriers.launch_dependents())
 
@@ -250,7 +261,7 @@ class _Kernel:
             given = None
             if c.split_k > 1:
                 given = b.label("partials_given")
-                self.gather_partials(math, given)
+                (self.push_partials if c.split_k_push else self.gather_partials)(math, given)
             if scheduler.row_bound is not None:  # masked: rows g*M_max + m0.., stored below the group's count
                 epilogue.store(scheduler.a_row, n0, scheduler.row_bound)
             elif drained:
@@ -261,7 +272,8 @@ class _Kernel:
             e(w.wgmma_wait_group(0))  # this wait on the exit path it completes the wave before the loop's exit test
         epilogue.finish()
         if given:  # rank 0 completes the second phase it arrived on after reading its peers, then exits
-            e(barriers.cluster_wait())
+            if not c.split_k_push:  # (pushed partials: no second phase; rank 0 waited for its inbox)
+                e(barriers.cluster_wait())
             b.place(given)
 
     def _k_share_table(self, function, k_end: str) -> None:
@@ -306,6 +318,37 @@ class _Kernel:
           f"mov.u64 {address}, {table};", f"add.s64 {address}, {address}, {offset};",
           f"ld.const.u32 {packed}, [{address}];", f"shr.u32 {stage}, {packed}, 1;", f"and.b32 {parity}, {packed}, 1;")
         return stage, parity
+
+    def push_partials(self, math: MathWarpgroups, given: str) -> None:
+        """Split-K with ``split_k_push``: ranks 1.. wait for the start's cluster phase (rank 0's inbox barrier is
+        initialised), send their totals into rank 0's inbox with st.async (thread t's four-total group j at
+        16 (j * threads + t) of the rank's slot), completed on rank 0's inbox barrier, and branch to ``given``.
+        Rank 0's thread 0 arrives on the barrier expecting every peer's bytes; rank 0's math threads wait for the
+        phase, then add each peer's totals, read from their own shared memory, into theirs."""
+        b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
+        leader, received = r("pred", "p_rank0"), b.label("partials_received")
+        groups = [total[j:j + 4] for total in math.totals for j in range(0, len(total), 4)]
+        stride, partials = 16 * c.math_threads, self.plan.partials_bytes
+        slot = r("u32", "inbox_slot")
+        e(f"setp.eq.u32 {leader}, {self.rank}, 0;", f"mad.lo.u32 {slot}, {self.tid}, 16, {self.smem};",
+          f"@{leader} bra {received};")
+        remote, remote_bar, offset = r("u32", "inbox_at"), r("u32", "inbox_bar_at"), r("u32", "inbox_offset")
+        e(f"sub.u32 {offset}, {self.rank}, 1;", f"mad.lo.u32 {offset}, {offset}, {partials}, {self.plan.inbox_region};",
+          f"add.u32 {slot}, {slot}, {offset};", barriers.cluster_wait(),
+          shared_memory.mapa(remote, slot, 0), shared_memory.mapa(remote_bar, self.inbox, 0),
+          *(shared_memory.st_async_v4(remote, group, remote_bar, i * stride) for i, group in enumerate(groups)),
+          f"bra {given};")
+        b.place(received)
+        first, ready = r("pred", "p_inbox_arrive"), r("pred")
+        e(f"setp.eq.u32 {first}, {self.tid}, 0;",
+          f"@{first} " + barriers.mbarrier_arrive_expect_tx(self.inbox, (c.split_k - 1) * partials),
+          barriers.mbarrier_wait_parity(self.inbox, 0, ready, b.label("wait_inbox")))
+        for peer in range(1, c.split_k):
+            for i, group in enumerate(groups):  # the idle wgmma accumulators hold the peer's values
+                first_acc = 4 * (i % (len(math.acc) // 4))
+                loaded = math.acc[first_acc:first_acc + 4]
+                e(shared_memory.ld_shared_v4(loaded, slot, self.plan.inbox_region + (peer - 1) * partials + i * stride),
+                  *(f"add.f32 {total}, {total}, {value};" for total, value in zip(group, loaded)))
 
     def gather_partials(self, math: MathWarpgroups, given: str) -> None:
         """Split-K: ranks 1.. write their totals into their own ring (thread t's four-total group j at
@@ -645,10 +688,10 @@ class _Kernel:
         if first:
             self.tid = thread
         e(f"setp.eq.u32 {leader}, {self.tid}, {0 if first else c.math_threads};")
-        producer_end = b.label("producer_end") if c.split_k > 1 else end
+        producer_end = b.label("producer_end") if c.split_k > 1 and not c.split_k_push else end
         WarpgroupProducer(self.ring, c.registers, leader, producer_end if self.rank else None,
                           self.rank if c.multicast > 1 else None, self.k_first).emit(self.scheduler("pt"))
-        if c.split_k > 1:  # the producer warpgroup takes part in both phases of the math's partials exchange
+        if c.split_k > 1 and not c.split_k_push:  # the producer warpgroup takes part in both exchange phases
             b.place(producer_end)
             e(barriers.cluster_sync(), barriers.cluster_sync())
         b.place(end)

@@ -3,7 +3,7 @@
 * :func:`run_kernel` (ptx.emulate.warpgroup_scheduling): each CTA as cooperatively scheduled warpgroups, for sm_90
   kernels: wgmma, mbarrier, TMA loads and stores, named barriers, warp specialization; with ``cluster=2``
   the CTAs of a thread-block cluster run together (mapa, remote mbarrier arrives, TMA multicast,
-  barrier.cluster, ld/st.shared::cluster), and touching a peer CTA that has exited is an error.
+  barrier.cluster, ld/st.shared::cluster, st.async), and touching a peer CTA that has exited is an error.
 * :func:`ptx.emulate.lockstep.run_kernel`: the whole CTA in lockstep (mma.sync, ldmatrix, cp.async kernels).
 * :func:`run_stage` (ptx.emulate.report), for learners: a ladder stage (``lessons.stage(n)``, 04 and up) on
   host operands, returning D and a :class:`Report` (what ran, how it ended: completed, deadlock, missing

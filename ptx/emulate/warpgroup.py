@@ -20,6 +20,8 @@ ptx.emulate.warpgroup_scheduling runs the warpgroups of a CTA cooperatively.
   must be CTA-local); a remote arrive yields like a local one. TMA loads with .multicast::cluster write the box
   at the same offset in every CTA of the 16-bit mask and complete_tx on the barrier at the same offset in each.
   barrier.cluster.arrive / wait: see ptx.emulate.barriers.ClusterBarrier; arrive yields like bar.arrive.
+  st.async (.shared::cluster, complete_tx on a barrier of the same CTA) writes and completes its bytes at issue;
+  a message to a barrier not yet initialised is an error.
 """
 from __future__ import annotations
 
@@ -142,6 +144,8 @@ class Warpgroup(AsyncProxy, CTA):
             self.cluster_barrier(parts, mask)
         elif head == "mapa":
             self.mapa(parts, ops, mask)
+        elif head == "st" and parts[1] == "async":
+            self.st_async(parts, ops, mask)
         elif head in ("ld", "st") and parts[1] == "shared::cluster":
             vector = parts[-2] in ("v2", "v4")
             regs = _vector(ops[0 if head == "ld" else 1]) if vector else [ops[0 if head == "ld" else 1]]
@@ -277,6 +281,39 @@ class Warpgroup(AsyncProxy, CTA):
             loaded = np.zeros(self.n, np.float32 if ptx_type == "f32" else np.int64)
             loaded[mask] = _from_bytes(raw[:, size * i:size * (i + 1)], ptx_type)
             self.write(name, loaded, mask)
+
+    def st_async(self, parts, ops, mask):
+        """st.async{.weak}.shared::cluster.mbarrier::complete_tx::bytes{.v2,.v4}.{b32,b64} [a], b, [mbar] (PTX ISA
+        8.1, sm_90): each thread's value into the shared memory its address names (a mapa result: any CTA of the
+        cluster), and complete_tx of its bytes on the barrier its mbar names, which must be in that same CTA. Done
+        at issue, like the TMA copies: the barrier's phase is what orders the reader after it."""
+        qualifiers = [p for p in parts[2:-1] if p != "weak"]
+        vector = qualifiers[-1] if qualifiers and qualifiers[-1] in ("v2", "v4") else None
+        if qualifiers[:2] != ["shared::cluster", "mbarrier::complete_tx::bytes"] or parts[-1] not in ("b32", "b64") \
+                or len(qualifiers) != 2 + (vector is not None) or (vector == "v4" and parts[-1] != "b32"):
+            raise EmulationError(f"{'.'.join(parts)}: only st.async.shared::cluster.mbarrier::complete_tx::bytes"
+                                 "{.v2,.v4}.{b32,b64} (v4 with b32) is modelled")
+        if not mask.any():
+            return
+        regs = _vector(ops[1]) if vector else [ops[1]]
+        size, threads = int(parts[-1][1:]) // 8, np.flatnonzero(mask)
+        total = size * len(regs)
+        places = [self.cta.cluster.target(int(a), self.cta, "st.async") for a in self.address(ops[0])[threads]]
+        bars = [self.cta.cluster.target(int(a), self.cta, "st.async's mbarrier") for a in self.address(ops[2])[threads]]
+        raw = np.concatenate([_to_bytes(self.value(r)[mask], size) for r in regs], axis=1)
+        for row, ((cta, offset), (bar_cta, bar_offset)) in enumerate(zip(places, bars)):
+            if offset % total or offset + total > self.smem.size:
+                raise EmulationError(f"st.async to shared offset {offset}: not {total}-byte aligned or past the "
+                                     f"{self.smem.size} bytes")
+            if bar_cta is not cta:
+                raise EmulationError(f"st.async writes CTA rank {cta.rank}'s shared memory but completes on CTA rank "
+                                     f"{bar_cta.rank}'s barrier: both must be the same CTA's")
+            barrier = cta.barriers.get(bar_offset)
+            if barrier is None:
+                raise EmulationError(f"st.async completes on an uninitialised barrier at {bar_offset} of CTA rank "
+                                     f"{cta.rank}")
+            cta.smem[offset:offset + total] = raw[row]
+            barrier.complete_tx(total)
 
     # -- mbarrier -----------------------------------------------------------------------------------------
     def mbarrier(self, opcode, kind, ops, mask):

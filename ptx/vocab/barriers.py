@@ -105,6 +105,12 @@ def cluster_wait() -> str:
     return "barrier.cluster.wait.acquire;"
 
 
+# An arrival that orders nothing by itself (.relaxed), after a fence.mbarrier_init.release.cluster: the barriers
+# this CTA initialised are visible to a peer once it has waited on the phase (CUTLASS's cluster_arrive_relaxed).
+def cluster_arrive_relaxed() -> str:
+    return "barrier.cluster.arrive.relaxed;"
+
+
 # Programmatic dependent launch (PTX ISA, parallel synchronization instructions: griddepcontrol; sm_90). A grid launched with the
 # programmatic-serialization attribute may start while the previous grid on the stream is still running:
 # ``.wait`` blocks until that grid has completed and its memory operations are visible (a no-op without the
@@ -121,5 +127,5 @@ def launch_dependents() -> str:
 __all__ = [
     "grid_dependency_wait", "launch_dependents", "pipeline_slot", "producer_wait_parity", "advance", "mbarrier_init", "fence_mbarrier_init",
     "mbarrier_arrive_expect_tx", "mbarrier_arrive", "mbarrier_wait_parity", "mbarrier_arrive_cluster",
-    "fence_proxy_async", "cluster_sync", "cluster_arrive", "cluster_wait",
+    "fence_proxy_async", "cluster_sync", "cluster_arrive", "cluster_wait", "cluster_arrive_relaxed",
 ]

@@ -46,5 +46,18 @@ def ld_shared_cluster_v4(values: list[str], cluster_address: str, offset: int = 
     return f"ld.shared::cluster.v4.f32 {{{', '.join(values)}}}, [{cluster_address}{f'+{offset}' if offset else ''}];"
 
 
+# PTX ISA "ld" (.shared::cta, .v4): four 32-bit values from a 16-byte aligned address of this CTA's shared memory.
+def ld_shared_v4(values: list[str], address: str, offset: int = 0) -> str:
+    return f"ld.shared.v4.f32 {{{', '.join(values)}}}, [{address}{f'+{offset}' if offset else ''}];"
+
+
+# PTX ISA "st.async" (sm_90, PTX 8.1): four 32-bit values into another CTA's shared memory at a mapa address, the
+# bytes completed on that CTA's mbarrier (also a mapa address): a one-way message, ordered for its reader by the
+# barrier's phase, with no cluster barrier between writer and reader.
+def st_async_v4(cluster_address: str, values: list[str], cluster_barrier: str, offset: int = 0) -> str:
+    return (f"st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 "
+            f"[{cluster_address}{f'+{offset}' if offset else ''}], {{{', '.join(values)}}}, [{cluster_barrier}];")
+
+
 __all__ = ["ROW_BYTES", "CHUNK_BYTES", "swizzled_offset", "shared_address_of", "dynamic_shared_declaration", "mapa",
-           "st_shared_v4", "ld_shared_cluster_v4"]
+           "st_shared_v4", "ld_shared_cluster_v4", "ld_shared_v4", "st_async_v4"]
