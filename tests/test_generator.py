@@ -372,6 +372,11 @@ def test_production_decode_configs_push_their_partials_on_the_emulator(shape, sm
     cubin, ops = assemble(config, *shape[1:])
     assert_clean_resources(cubin, KERNEL)
     assert ops["STAS"] >= 1 and ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1, ops
+    # st.async's complete_tx releases at cluster scope: rank 0's wait must acquire at cluster scope to pair with it
+    # (try_wait's default is .acquire.cta); the emulator ignores scopes, so the text is checked
+    waits = [line for line in generate(config, *shape[1:]).splitlines() if "wait_inbox" not in line and "[%inbox_bar" in line
+             and "try_wait" in line]
+    assert len(waits) == 1 and "try_wait.parity.acquire.cluster." in waits[0], waits
 
 
 def test_a_push_without_the_start_phase_is_caught_on_the_emulator():

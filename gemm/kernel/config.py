@@ -55,9 +55,9 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   through distributed shared memory (``ld.shared::cluster``), adds them and runs the epilogue. One tile per
   cluster (persistent=False), the 128x128 forward kernel only. With ``split_k_push`` the peers instead send their
   totals into an inbox in rank 0's shared memory (``st.async``, each message's bytes completed on rank 0's inbox
-  barrier) and exit: rank 0 waits on that barrier, not on a cluster barrier, and reads its own shared memory; the
-  only cluster barrier is one phase every thread arrives on at the start (after the inbox barrier's init), which a
-  peer waits on before its first message.
+  barrier) and exit: rank 0 waits on that barrier (acquire at cluster scope), not on a cluster barrier, and reads
+  its own shared memory; the only cluster barrier is one phase every thread arrives on at the start (after the
+  inbox barrier's init), which a peer waits on before its first message.
 * ``accumulators``: wgmma accumulator sets per math warpgroup. With 1, a K block is a chain: wait for its stage,
   four wgmmas, ``wait_group 0``, release, promotion, then the next. With 2 (DeeperGEMM's idea), K block k+1's
   wgmmas are issued into the second set before K block k's promotion, and ``wait_group 1`` waits for k's only, so

@@ -342,7 +342,7 @@ class _Kernel:
         first, ready = r("pred", "p_inbox_arrive"), r("pred")
         e(f"setp.eq.u32 {first}, {self.tid}, 0;",
           f"@{first} " + barriers.mbarrier_arrive_expect_tx(self.inbox, (c.split_k - 1) * partials),
-          barriers.mbarrier_wait_parity(self.inbox, 0, ready, b.label("wait_inbox")))
+          barriers.mbarrier_wait_parity(self.inbox, 0, ready, b.label("wait_inbox"), cluster=True))
         for peer in range(1, c.split_k):
             for i, group in enumerate(groups):  # the idle wgmma accumulators hold the peer's values
                 first_acc = 4 * (i % (len(math.acc) // 4))

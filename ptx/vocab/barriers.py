@@ -58,11 +58,14 @@ def mbarrier_arrive(address: str) -> str:
 
 
 # ISA "mbarrier.test_wait/try_wait" (.parity): spin until the phase with parity `parity` has completed.
-def mbarrier_wait_parity(address: str, parity: str | int, ready_pred: str, label: str) -> str:
-    """A try_wait loop; ``label`` must be fresh (KernelBuilder.label) and ``ready_pred`` a .pred register."""
+def mbarrier_wait_parity(address: str, parity: str | int, ready_pred: str, label: str, cluster: bool = False) -> str:
+    """A try_wait loop; ``label`` must be fresh (KernelBuilder.label) and ``ready_pred`` a .pred register.
+    ``cluster``: acquire at cluster scope (the default is .acquire.cta), for a phase completed by another CTA's
+    release (st.async's complete_tx is a release at cluster scope: only a cluster-scope acquire pairs with it)."""
+    scope = ".acquire.cluster" if cluster else ""
     return "\n".join([
         f"{label}:",
-        f"mbarrier.try_wait.parity.shared::cta.b64 {ready_pred}, [{address}], {parity};",
+        f"mbarrier.try_wait.parity{scope}.shared::cta.b64 {ready_pred}, [{address}], {parity};",
         f"@!{ready_pred} bra {label};",
     ])
 
