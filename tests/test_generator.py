@@ -399,6 +399,20 @@ def test_a_push_without_the_start_phase_is_caught_on_the_emulator():
     assert caught and all("uninitialised barrier" in text for text in caught), caught[:2]
 
 
+def test_a_cta_scoped_wait_for_pushed_partials_is_caught_on_the_emulator(rng):
+    """Rank 0's inbox wait with try_wait's default (.acquire.cta) instead of .acquire.cluster: the phase it sees
+    completed with another CTA's st.async bytes (a release at cluster scope), and the emulator names the scope."""
+    from gemm.testing.emulated import run_gemm
+    from ptx.emulate.common import EmulationError
+    config = KernelConfig(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0, split_k=2,
+                          split_k_push=True)
+    text = generate(config, 136, 256)
+    assert text.count("try_wait.parity.acquire.cluster.") == 1
+    with pytest.raises(EmulationError, match="use .acquire.cluster"):
+        run_gemm(config, *small_integer_problem(20, 136, 256, rng), sm_count=4,
+                 ptx=text.replace("try_wait.parity.acquire.cluster.", "try_wait.parity."))
+
+
 def test_split_k_push_misuse_is_named():
     with pytest.raises(ValueError, match="split_k_push sends split-K partial totals to rank 0: it needs split_k > 1"):
         KernelConfig(split_k_push=True)

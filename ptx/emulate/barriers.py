@@ -26,6 +26,10 @@ class Barrier:
     phase: int = 0  # completed phases
     # (warpgroup, warp) -> completed phases that warp has seen (ptx.emulate.warpgroup: a test_wait may see one late)
     seen: dict = field(default_factory=dict)
+    # st.async bytes from another CTA in the current phase; then the phase count at which such a phase completed:
+    # its complete_tx is a release at cluster scope, which only a wait acquiring at cluster scope pairs with
+    remote_data_pending: bool = False
+    remote_data_phase: int = -1
 
     def arrive(self, times: int = 1):
         self.pending -= times
@@ -41,6 +45,8 @@ class Barrier:
         if self.pending == 0 and self.tx == 0:
             self.phase += 1
             self.pending = self.count
+            if self.remote_data_pending:
+                self.remote_data_phase, self.remote_data_pending = self.phase, False
 
     def ready(self, parity: int) -> bool:
         return self.phase % 2 != parity

@@ -21,7 +21,8 @@ ptx.emulate.warpgroup_scheduling runs the warpgroups of a CTA cooperatively.
   at the same offset in every CTA of the 16-bit mask and complete_tx on the barrier at the same offset in each.
   barrier.cluster.arrive / wait: see ptx.emulate.barriers.ClusterBarrier; arrive yields like bar.arrive.
   st.async (.shared::cluster, complete_tx on a barrier of the same CTA) writes and completes its bytes at issue;
-  a message to a barrier not yet initialised is an error.
+  a message to a barrier not yet initialised is an error, and so is a wait that sees a phase completed by another
+  CTA's messages without acquiring at cluster scope.
 """
 from __future__ import annotations
 
@@ -313,6 +314,7 @@ class Warpgroup(AsyncProxy, CTA):
                 raise EmulationError(f"st.async completes on an uninitialised barrier at {bar_offset} of CTA rank "
                                      f"{cta.rank}")
             cta.smem[offset:offset + total] = raw[row]
+            barrier.remote_data_pending |= cta is not self.cta
             barrier.complete_tx(total)
 
     # -- mbarrier -----------------------------------------------------------------------------------------
@@ -357,6 +359,11 @@ class Warpgroup(AsyncProxy, CTA):
         elif kind in ("try_wait", "test_wait"):
             parity = self.value(operands[1])[mask] & 1
             ready = barrier.phase % 2 != parity
+            if ready.any() and barrier.remote_data_phase == barrier.phase and ".cluster" not in opcode:
+                raise EmulationError(f"{opcode}: the phase it waits for completed with st.async bytes from another "
+                                     "CTA, whose complete_tx releases at cluster scope; this wait acquires at CTA "
+                                     "scope (the default), so the bytes are not ordered before its reads: use "
+                                     ".acquire.cluster")
             if not ready.any() and kind == "try_wait":  # a later try_wait will succeed: block instead of spinning
                 self.wait = MbarrierWait(barrier, address, int(parity[0]))
                 return
