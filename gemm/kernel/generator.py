@@ -120,25 +120,22 @@ class _Kernel:
               f"ld.param.u32 {self.groups}, [{b.param('groups')}];")
         self.ring = Ring(b, self.plan, self.smem, {k: v for k, v in self.tmaps.items() if k != "tmap_d"},
                          self.k_blocks)
+        self.inbox = None
+        if c.split_k_push:  # rank 0's inbox barrier: one arrival (its expect_tx) and the peers' message bytes
+            self.inbox = r("u32", "inbox_bar")
+            e(f"add.u32 {self.inbox}, {self.smem}, {self.plan.inbox_barrier};")
         first = r("pred", "p_first")
         skip = b.label("init_done")
         e(f"setp.eq.u32 {first}, {self.tid}, 0;", f"@!{first} bra {skip};")
+        if self.inbox:  # initialised before the ring's, so the ring's fence.mbarrier_init covers it too
+            e(barriers.mbarrier_init(self.inbox, 1))
         # empty: one arrival per math warp of every CTA that reads the stage's A (both CTAs of a cluster pair)
         arrivals = self.seams.empty_arrivals  # a caller's count (gemm.kernel.seams), else the generator's
         self.ring.init_barriers(empty_arrivals=c.multicast * c.math_threads // 32 if arrivals is None
                                 else _arrival_count(arrivals(c.multicast, c.math_threads // 32)))
         if "tmap_d" in self.tmaps:
             e(bulk_copies.prefetch_tensormap(self.tmaps["tmap_d"]))
-        self.inbox = None
-        if c.split_k_push:  # rank 0's inbox barrier: one arrival (its expect_tx) and the peers' message bytes
-            self.inbox = r("u32", "inbox_bar")
-            b.place(skip)
-            e(f"add.u32 {self.inbox}, {self.smem}, {self.plan.inbox_barrier};")
-            init_done = b.label("inbox_init_done")
-            e(f"@!{first} bra {init_done};", barriers.mbarrier_init(self.inbox, 1), barriers.fence_mbarrier_init())
-            b.place(init_done)
-        else:
-            b.place(skip)
+        b.place(skip)
         if c.multicast > 1:  # the peer's barriers must be initialised before anything may arrive on them
             self.rank = r("u32", "rank")
             e(core.cluster_rank(self.rank), barriers.cluster_sync())
@@ -327,7 +324,7 @@ class _Kernel:
         phase, then add each peer's totals, read from their own shared memory, into theirs."""
         b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
         leader, received = r("pred", "p_rank0"), b.label("partials_received")
-        groups = [total[j:j + 4] for total in math.totals for j in range(0, len(total), 4)]
+        groups = _total_groups(math)
         stride, partials = 16 * c.math_threads, self.plan.partials_bytes
         slot = r("u32", "inbox_slot")
         e(f"setp.eq.u32 {leader}, {self.rank}, 0;", f"mad.lo.u32 {slot}, {self.tid}, 16, {self.smem};",
@@ -344,11 +341,17 @@ class _Kernel:
           f"@{first} " + barriers.mbarrier_arrive_expect_tx(self.inbox, (c.split_k - 1) * partials),
           barriers.mbarrier_wait_parity(self.inbox, 0, ready, b.label("wait_inbox"), cluster=True))
         for peer in range(1, c.split_k):
-            for i, group in enumerate(groups):  # the idle wgmma accumulators hold the peer's values
-                first_acc = 4 * (i % (len(math.acc) // 4))
-                loaded = math.acc[first_acc:first_acc + 4]
-                e(shared_memory.ld_shared_v4(loaded, slot, self.plan.inbox_region + (peer - 1) * partials + i * stride),
-                  *(f"add.f32 {total}, {total}, {value};" for total, value in zip(group, loaded)))
+            at = self.plan.inbox_region + (peer - 1) * partials
+            self._add_peer_totals(math, groups, lambda loaded, i: shared_memory.ld_shared_v4(loaded, slot,
+                                                                                             at + i * stride))
+
+    def _add_peer_totals(self, math: MathWarpgroups, groups: list, load) -> None:
+        """Add one peer's totals into this CTA's, group by group: ``load(registers, i)`` is the instruction that
+        reads group i of the peer's into four registers (the idle wgmma accumulators hold them)."""
+        for i, group in enumerate(groups):
+            first = 4 * (i % (len(math.acc) // 4))
+            loaded = math.acc[first:first + 4]
+            self.b.emit(load(loaded, i), *(f"add.f32 {total}, {total}, {value};" for total, value in zip(group, loaded)))
 
     def gather_partials(self, math: MathWarpgroups, given: str) -> None:
         """Split-K: ranks 1.. write their totals into their own ring (thread t's four-total group j at
@@ -359,7 +362,7 @@ class _Kernel:
         leader, written = r("pred", "p_rank0"), b.label("partials_written")
         base = r("u32", "partials")
         e(f"setp.eq.u32 {leader}, {self.rank}, 0;", f"mad.lo.u32 {base}, {self.tid}, 16, {self.smem};")
-        groups = [total[j:j + 4] for total in math.totals for j in range(0, len(total), 4)]
+        groups = _total_groups(math)
         stride = 16 * c.math_threads
         e(f"@{leader} bra {written};")
         if c.math_warpgroups > 1:  # the other warpgroup's wgmmas may still read the ring's last stage
@@ -371,11 +374,8 @@ class _Kernel:
         for peer in range(1, c.split_k):
             remote = r("u32", "peer_partials")
             e(shared_memory.mapa(remote, base, peer))
-            for i, group in enumerate(groups):  # the idle wgmma accumulators hold the peer's values
-                first = 4 * (i % (len(math.acc) // 4))
-                loaded = math.acc[first:first + 4]
-                e(shared_memory.ld_shared_cluster_v4(loaded, remote, i * stride),
-                  *(f"add.f32 {total}, {total}, {value};" for total, value in zip(group, loaded)))
+            self._add_peer_totals(math, groups, lambda loaded, i, remote=remote:
+                                  shared_memory.ld_shared_cluster_v4(loaded, remote, i * stride))
         e(barriers.cluster_arrive())  # the peers may exit once every rank-0 thread has read them
 
     def scheduler(self, name: str) -> TileScheduler:
@@ -705,6 +705,11 @@ class _Kernel:
         else:
             self.warp_specialized_body()
         return module([self.b], extra_globals=shared_memory.dynamic_shared_declaration(SMEM, align=1024))
+
+
+def _total_groups(math: MathWarpgroups) -> list[list[str]]:
+    """A math thread's totals in the groups of four that split-K's exchange moves as one 16-byte vector."""
+    return [total[j:j + 4] for total in math.totals for j in range(0, len(total), 4)]
 
 
 def _arrival_count(count) -> int:
