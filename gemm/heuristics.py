@@ -94,6 +94,13 @@ SWAP_AB_MAX_SPLIT = 3
 # 128 x 7168 x 16384, whose unsplit tiles are 56 wide (-2 to +2%), hence the width bound; clusters of three
 # (64 x 2112: 99 CTAs) measured below pairs.
 PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N = 128, 32
+# Every split above pushes its partial totals (KernelConfig.split_k_push: the peers st.async them into rank 0's
+# inbox and exit; one cluster-barrier phase at the start instead of two around the exchange). Measured on an H200
+# against the gathered exchange, eight rounds paired, every round ahead (results/sweep_split_k_push_memset.json,
+# _clean.json): after the memset +4.4% at 16 x 2112 x 7168 (split over three), +2.1% at 32 x 4096 x 7168, +5.2% at
+# 64 x 2112 x 7168 (a pair of 64-row tiles), +4.5% at 128 x 2112, +3.1 to +4.1% at M = 1 and 5; after the clean
+# flush +2.1 to +7.1%. The FP32-output splits (unswapped, M <= 16) push by the same rule: the exchange runs before
+# the epilogue and is the same code; not timed there.
 # Short K on a persistent walk (no more K blocks than the stages that fit, at least SHORT_K_MIN_BLOCKS of them): as
 # many stages as K blocks, so every tile is one round of the ring and each K block's slot a compile-time offset
 # (KernelConfig.constant_stages), as DeepGEMM 2507 runs 64 x 32768 x 512 (4 stages, ncu). Measured on an H200 against
@@ -281,7 +288,7 @@ def swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
     config = KernelConfig(block_m=block_m, block_n=SWAP_AB_BLOCK_N, stages=2, producer="warpgroup",
                           registers=REGISTERS, persistent=persistent,
                           raster_group=raster_group(block_m, SWAP_AB_BLOCK_N, device.sm_count) if persistent else 0,
-                          pdl=not persistent, split_k=split_k, swap_ab=True)
+                          pdl=not persistent, split_k=split_k, split_k_push=split_k > 1, swap_ab=True)
     return config.replace(stages=max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit))
 
 
@@ -411,7 +418,7 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
                           persistent=persistent,
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
                           epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate,
-                          pdl=m <= 128 and not persistent, split_k=split_k,
+                          pdl=m <= 128 and not persistent, split_k=split_k, split_k_push=split_k > 1,
                           even_waves=evens_waves(persistent, k, out_dtype, accumulate, epilogue))
     if paired_k_blocks(config):
         config = config.replace(accumulators=2)

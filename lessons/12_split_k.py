@@ -36,18 +36,9 @@ every CTA re-read all of its A rows for a narrow slice of B (60 MB of A for 15 M
 tiles twice as wide split over pairs keep the CTA count and halve those re-reads: +22% after the memset, +34%
 after the clean flush there (docs/benchmarks.md, "M = 33-128: narrow tiles split over pairs").
 
-The exchange can be a one-way message instead (``KernelConfig.split_k_push``,
-:meth:`gemm.kernel.generator._Kernel.push_partials`): each peer sends its totals into an inbox in rank 0's shared
-memory with ``st.async``, the bytes completed on rank 0's inbox barrier, and exits; rank 0 waits on that barrier
-(acquiring at cluster scope, to pair with the messages' cluster-scope release) and reads its own shared memory. The only cluster barrier left is one phase every thread arrives on at the start, after
-the inbox barrier's init, which a peer waits on before its first message (without it the emulator catches a message
-to a barrier not yet initialised). In the SASS of the decode kernel (16 x 2112 x 7168's config) the exchange's
-eight cluster-barrier arrives, eight waits and 18 MEMBARs become one arrive, one wait and two MEMBARs. Measured on an H200, eight rounds paired against production
-(results/sweep_split_k_push_memset.json, _clean.json): +4.0% at 16 x 2112 x 7168 (1,948 against 1,884 GB/s after the
-memset; +4.9%, 2,219 GB/s, after the clean flush), +1.9% at 32 x 4096 x 7168, +4.8% at 64 x 2112 x 7168, +3.2% at
-5 x 2112 x 7168, every round ahead (with the wait's default CTA-scope acquire, since corrected). Not yet
-production's: compute-sanitizer's memcheck is clean (results/sanitizer_split_k_push.txt) but racecheck and
-synccheck have not run, nor has the same-run bench with the corrected wait.
+The exchange this stage teaches is a pull with two cluster-barrier phases. Stage 18 makes it a one-way message
+(``KernelConfig.split_k_push``: the peers ``st.async`` their totals into rank 0's shared memory and exit), which is
+what production's splits run.
 
 What it does not fix, measured at 16 x 2112 x 7168 in the same run (results/ladder_16x2112x7168.json): stage 12
 takes 31.8 us, 1.66x stage 11's 52.8, yet stage 10 took 25.0 and cuBLAS 14.8. Stage 11's tall tiles are a

@@ -363,10 +363,11 @@ def test_split_k_partials_pushed_on_the_emulator(m, n, k, fields, seed, rng):
                                           ((5, 2112, 7168), (5, 72, 896))])
 def test_production_decode_configs_push_their_partials_on_the_emulator(shape, small, rng):
     """Production's decode configs (swap AB split over three CTAs; a pair of 64-row tiles with two K blocks in
-    flight) with split_k_push, on small ragged shapes: exact under a random schedule; and the SASS has the
-    st.async messages (STAS) and one cluster barrier instead of the exchange's eight."""
+    flight) push their partials (split_k_push), on small ragged shapes: exact under a random schedule; and the SASS
+    has the st.async messages (STAS) and one cluster barrier instead of the exchange's eight."""
     from gemm.testing.emulated import run_gemm
-    config = choose_config(*shape).replace(split_k_push=True)
+    config = choose_config(*shape)
+    assert config.split_k > 1 and config.split_k_push, config.describe()
     problem = small_integer_problem(*small, rng)
     assert_exact(run_gemm(config, *problem, sm_count=6, seed=int(rng.integers(1000))), problem)
     cubin, ops = assemble(config, *shape[1:])
@@ -422,15 +423,30 @@ def test_split_k_push_misuse_is_named():
         generate(too_big, 304, 1152)
 
 
-def test_split_k_fp32_accumulate_on_the_emulator(rng):
-    """FP32 D += A*B with the K blocks split over 4 CTAs: rank 0 adds the four shares before the one TMA reduce-add."""
+@pytest.mark.parametrize("pushed", [False, True])
+def test_split_k_fp32_accumulate_on_the_emulator(pushed, rng):
+    """FP32 D += A*B with the K blocks split over 4 CTAs, the partials gathered or pushed: rank 0 adds the four
+    shares before the one TMA reduce-add."""
     from gemm.testing.emulated import run_gemm
     m, n, k = 40, 72, 640
     a, sa, b, sb = small_integer_problem(m, n, k, rng)
     c = rng.integers(-8, 9, (m, n)).astype(np.float32)
     config = KernelConfig(block_m=64, block_n=72, stages=2, persistent=False, raster_group=0, out_dtype="f32",
-                          accumulate=True, split_k=4)
+                          accumulate=True, split_k=4, split_k_push=pushed)
     got = run_gemm(config, a, sa, b, sb, c=c, seed=int(rng.integers(1000)))
+    assert np.array_equal(got, c + reference_gemm(a, sa, b, sb).astype(np.float32))
+
+
+def test_production_fp32_decode_split_pushes_on_the_emulator(rng):
+    """Production's FP32 D += A*B at decode (unswapped 64 x 64 tiles, K split over a pair) pushes its partials too:
+    exact on a small ragged shape under a random schedule."""
+    from gemm.testing.emulated import run_gemm
+    config = choose_config(16, 2112, 7168, out_dtype="f32", accumulate=True)
+    assert config.split_k == 2 and config.split_k_push, config.describe()
+    m, n, k = 13, 200, 1280
+    a, sa, b, sb = small_integer_problem(m, n, k, rng)
+    c = rng.integers(-8, 9, (m, n)).astype(np.float32)
+    got = run_gemm(config, a, sa, b, sb, c=c, sm_count=4, seed=int(rng.integers(1000)))
     assert np.array_equal(got, c + reference_gemm(a, sa, b, sb).astype(np.float32))
 
 
