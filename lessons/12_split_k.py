@@ -40,20 +40,21 @@ The exchange this stage teaches is a pull with two cluster-barrier phases. Stage
 (``KernelConfig.split_k_push``: the peers ``st.async`` their totals into rank 0's shared memory and exit), which is
 what production's splits run.
 
-What it does not fix, measured at 16 x 2112 x 7168 in the same run (results/ladder_16x2112x7168.json): stage 12
-takes 31.8 us, 1.66x stage 11's 52.8, yet stage 10 took 25.0 and cuBLAS 14.8. Stage 11's tall tiles are a
+What it does not fix, measured at 16 x 2112 x 7168 in one run on an H200 (results/ladder_16x2112x7168.json):
+stage 12 takes 31.6 us, 1.70x stage 11's 53.7, yet stage 10 took 25.1 and cuBLAS 15.4 (the H100 run read 31.8,
+52.8, 25.0 and 14.8). Stage 11's tall tiles are a
 prefill idea: at M = 16 a 256-row A box is 240 rows of TMA zero-fill, and with it only 4 ring stages fit (stage
 10's 64 x 64 tiles had 8), so each SM keeps 32 KiB of B in flight instead of 64. Stage 15 (swap AB) gives decode
-tiles of 16 token rows by 64 weight rows and a 10-stage ring, keeping this split: 10.2 us in the same run, 1.46x
-cuBLAS.
+tiles of 16 token rows by 64 weight rows and a 10-stage ring, keeping this split: 8.8 us in the same run, 1.75x
+cuBLAS; stage 18 pushes the partials instead of gathering them: 8.3 us.
 
 Speed of light: HBM3, 3.35 TB/s: at 16 x 2112 x 7168 moving A, B, the scales and D once is 15.3 MB, 4.58 us,
 which allows 106 TFLOP/s (the FP8 tensor cores would allow 1,979). The ladder's shape is compute-bound, and there
 this stage is stage 11.
 
-Measured: 15.2 TFLOP/s at M=16 N=2112 K=7168 on NVIDIA H100 80GB HBM3, 1.66x stage 11; 14% of its speed of light
-(HBM3, 106 TFLOP/s), 0.77% of the FP8 peak (results/ladder_16x2112x7168.json, `python -m lessons ladder --m 16 --n
-2112 --k 7168 --stages 10-15`).
+Measured: 15.3 TFLOP/s at M=16 N=2112 K=7168 on NVIDIA H200, 1.70x stage 11; 10% of its speed of light (HBM3e, 152
+TFLOP/s), 0.78% of the FP8 peak (results/ladder_16x2112x7168.json, `python -m lessons ladder --m 16 --n 2112 --k
+7168 --stages 10-18`).
 """
 import functools
 

@@ -23,10 +23,11 @@ a swapped tile lost 26% on the H200), tiles of the fewest power-of-two token row
 rows, no multicast, stage 12's split and the persistent walk recounted for the new tiles, and the ring refilled.
 Elsewhere (the ladder's 4096 x 4096 x 7168) this stage *is* stage 14.
 
-What it buys, measured at 16 x 2112 x 7168 (H100): 10.2 us against stage 14's 31.2 and cuBLAS's 14.8 in one
-run (results/ladder_16x2112x7168.json: 3.06x stage 14, 1.46x cuBLAS, 1.50 TB/s), where stage 10's 64 x 64 tiles
-took 25.0. The two bundled ideas, each undone on its own in one run (results/ablation_15.json, ``python -m lessons
-ablate 15 --m 16 --n 2112 --k 7168``): 9.9 us for the stage; 12.2 (0.82x) with stage 14's 4-stage ring; 11.6
+What it buys, measured at 16 x 2112 x 7168 (H200): 8.8 us against stage 14's 31.1 and cuBLAS's 15.4 in one run
+(results/ladder_16x2112x7168.json: 3.53x stage 14, 1.75x cuBLAS, 1.74 TB/s), where stage 10's 64 x 64 tiles took
+25.1; on the H100, 10.2 us, 3.06x stage 14 and 1.46x cuBLAS. The two bundled ideas, each undone on its own in one
+run on the H100 (results/ablation_15.json, ``python -m lessons ablate 15 --m 16 --n 2112 --k 7168``): 9.9 us for
+the stage; 12.2 (0.82x) with stage 14's 4-stage ring; 11.6
 (0.86x) with 64 token rows, as an unswapped tile must have. Production's kernel at M = 1 says the same: the swap
 alone buys nothing. At 1 x 7168 x 2048 the swapped kernel with 64 token rows takes 9.86 us against the unswapped
 64 x 64 tile's 9.59; with 32, 16 and 8 rows, 8.66, 8.45 and 8.06 (``results/sweep_swap_ab_tile_rows.json``). The
@@ -40,9 +41,9 @@ Speed of light: HBM3, 3.35 TB/s: at 16 x 2112 x 7168 moving A, B, the scales and
 which allows 106 TFLOP/s. The ladder's shape is compute-bound (the FP8 tensor cores, 1,979 TFLOP/s), and there
 this stage is stage 14.
 
-Measured: 47.6 TFLOP/s at M=16 N=2112 K=7168 on NVIDIA H100 80GB HBM3, 3.06x stage 14; 45% of its speed of light
-(HBM3, 106 TFLOP/s), 2.4% of the FP8 peak (results/ladder_16x2112x7168.json, `python -m lessons ladder --m 16 --n
-2112 --k 7168 --stages 10-15`).
+Measured: 55.1 TFLOP/s at M=16 N=2112 K=7168 on NVIDIA H200, 3.53x stage 14; 36% of its speed of light (HBM3e, 152
+TFLOP/s), 2.8% of the FP8 peak (results/ladder_16x2112x7168.json, `python -m lessons ladder --m 16 --n 2112 --k 7168
+--stages 10-18`).
 """
 import functools
 

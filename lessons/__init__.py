@@ -47,6 +47,7 @@ STAGES = {
     15: "15_swap_ab",
     16: "16_evict_first",
     17: "17_even_waves",
+    18: "18_split_k_push",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 # Topic lessons (lessons/<name>.py): one subject told across the stages, not a rung of the ladder. No stage number,

@@ -1,4 +1,4 @@
-"""Exercises 06-16 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+"""Exercises 06-16 and 18 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
 correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
 cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
 import dataclasses
@@ -13,7 +13,7 @@ from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
 from ptx.emulate import EmulationError
 
-STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
+STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18)
 
 
 def load(path):
@@ -537,3 +537,44 @@ def test_16_answers_that_are_no_count_are_refused(rng):
     for bad in (lambda *a: 0, lambda *a: -1, lambda *a: 1.0, lambda *a: np.int64(1), lambda *a: "1"):
         with pytest.raises(ValueError, match="b_reads"):
             ex.build(SimpleNamespace(b_reads=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+@pytest.mark.parametrize("wrong", ["one peer", "rank 0 counted", "in floats"])
+def test_18_a_wrong_inbox_count_is_named_by_the_rule_and_refused_by_the_build(wrong, rng):
+    """A wrong count would deadlock the kernel or let rank 0 read its inbox early, so no graded kernel is built from
+    one: the rule check names it, and the build refuses it at the stage's split over three on the CPU."""
+    ex = exercise(18)
+    count = {"one peer": lambda split, rows, columns: rows * columns * 4,
+             "rank 0 counted": lambda split, rows, columns: split * rows * columns * 4,
+             "in floats": lambda split, rows, columns: (split - 1) * rows * columns}[wrong]
+    problems = ex.extra["checks"][0](SimpleNamespace(inbox_bytes=count))
+    assert len(problems) == 1 and "rank 0's peers send" in problems[0], problems
+    assert ex.extra["checks"][0](ex.reference()) == []
+    with pytest.raises(ValueError, match="but the graded kernel's peers send"):
+        ex.build(SimpleNamespace(inbox_bytes=count)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+def test_18_the_count_is_what_the_kernel_expects():
+    """The reference's count is the bytes the generated kernel's rank 0 arrives with (its expect_tx on the inbox
+    barrier), for the stage's split and the CPU's split over three."""
+    import re
+
+    from gemm.kernel import generate
+    from lessons.exercises.ex18_inbox_bytes import _cpu_config
+    ex = exercise(18)
+    m, n, k = lessons_stage(18).SHAPE
+    for config in (lessons_stage(18).config(m, n, k), _cpu_config(lessons_stage(18).config(m, n, k))):
+        arrive = [line for line in generate(config, n, k).splitlines() if "expect_tx" in line and "[%inbox_bar" in line]
+        assert len(arrive) == 1, arrive
+        announced = int(re.search(r", (\d+);", arrive[0]).group(1))
+        assert announced == ex.reference().inbox_bytes(config.split_k, config.block_m, config.block_n), config
+
+
+def test_18_answers_that_are_no_count_are_refused(rng):
+    """Zero, a negative count, a float, a numpy integer, a string, a bool: a clear error naming the hole, before a
+    kernel is built."""
+    ex = exercise(18)
+    for bad in (lambda *a: 0, lambda *a: -1, lambda *a: 8192.0, lambda *a: np.int64(8192), lambda *a: "8192",
+                lambda *a: True):
+        with pytest.raises(ValueError, match="inbox_bytes"):
+            ex.build(SimpleNamespace(inbox_bytes=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))

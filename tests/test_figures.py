@@ -556,3 +556,23 @@ def test_evict_first_grid_comes_from_the_stage_and_the_count():
     assert (decode["rows"], decode["b_reads"], decode["priority"]) == (1, 1, "first")
     assert decode["columns"] == 4096 // decode["config"].block_n
     assert (prefill["rows"], prefill["b_reads"], prefill["priority"]) == (16, 16, "normal")
+
+
+def test_split_k_push_inbox_comes_from_the_shared_plan():
+    """Stage 18's rank 0 holds one slot of partials per peer after its barriers, inside the plan's bytes; stage 17's
+    has none. At 64 x 2112 x 7168 the 256 x 64 tile's 64 KiB inbox costs stage 17's ring a stage."""
+    from gemm.kernel.config import SharedPlan
+    from lessons.figures import shared_map
+    from lessons.figures.split_k_push import PUSH_SHAPE, RING_SHAPE
+    assert PUSH_SHAPE == lessons.stage(18).SHAPE
+    for shape in (PUSH_SHAPE, RING_SHAPE):
+        gathered, pushed = shared_map(17, *shape), shared_map(18, *shape)
+        assert not gathered["slots"] and "inbox" not in [name for name, _, _ in gathered["regions"]]
+        config, plan = pushed["config"], SharedPlan(pushed["config"], *shape[1:])
+        assert config.split_k_push and len(pushed["slots"]) == config.split_k - 1
+        assert [first for _, first, _ in pushed["slots"]][0] == plan.inbox_region
+        assert sum(end - first for _, first, end in pushed["slots"]) == plan.inbox_bytes
+        ends = [end for _, _, end in pushed["regions"]]
+        assert all(b[1] >= a[2] for a, b in zip(pushed["regions"], pushed["regions"][1:]))  # in address order
+        assert max(ends) <= pushed["shared_bytes"] == plan.shared_bytes
+    assert shared_map(18, *RING_SHAPE)["config"].stages == shared_map(17, *RING_SHAPE)["config"].stages - 1

@@ -360,10 +360,10 @@ def test_split_k_partials_pushed_on_the_emulator(m, n, k, fields, seed, rng):
 
 
 @pytest.mark.parametrize("shape, small", [((16, 2112, 7168), (16, 200, 1536)), ((64, 2112, 7168), (64, 120, 1024)),
-                                          ((5, 2112, 7168), (5, 72, 896))])
+                                          ((5, 2112, 7168), (5, 72, 896)), ((128, 2112, 7168), (100, 72, 1024))])
 def test_production_decode_configs_push_their_partials_on_the_emulator(shape, small, rng):
-    """Production's decode configs (swap AB split over three CTAs; a pair of 64-row tiles with two K blocks in
-    flight) push their partials (split_k_push), on small ragged shapes: exact under a random schedule; and the SASS
+    """Production's decode configs (swap AB split over three CTAs; pairs of 64- and 128-row tiles with two K blocks
+    in flight) push their partials (split_k_push), on small ragged shapes: exact under a random schedule; and the SASS
     has the st.async messages (STAS) and one cluster barrier instead of the exchange's eight."""
     from gemm.testing.emulated import run_gemm
     config = choose_config(*shape)

@@ -459,6 +459,21 @@ def test_a_table_of_exercise_17s_fixed_cases_fails(tmp_path):
     assert any(c["name"] == "cta counts" and c["passed"] is False for c in report["checks"]), grader.summary(report)
 
 
+
+def test_a_table_of_exercise_18s_fixed_cases_fails(tmp_path):
+    """Exercise 18's count is one product, so its rule check draws tiles far past any the generator builds: a table
+    of the fixed cases' answers (the CPU builds' counts among them) with one peer's bytes elsewhere fails."""
+    from lessons.exercises.ex18_inbox_bytes import RANDOM_CASES, _cases, reference
+    own = reference().inbox_bytes
+    table = {case: own(*case) for case in _cases()[:-RANDOM_CASES]}
+    path = tmp_path / "table.py"
+    path.write_text(f"TABLE = {table!r}\n\ndef inbox_bytes(split_k, block_m, block_n):\n"
+                    "    return TABLE.get((split_k, block_m, block_n), block_m * block_n * 4)\n")
+    report = grader.grade(18, path, mode="cpu", seeds=1, secret="", timeout=300)
+    assert not report["passed"], grader.summary(report)
+    assert any(c["name"] == "inbox counts" and c["passed"] is False for c in report["checks"]), grader.summary(report)
+
+
 # ------------------------------------------------- the third red team (2026-11-28): the audit hook's own state
 def _landlock() -> bool:
     from lessons.grading.landlock import abi_version

@@ -133,6 +133,12 @@ class _Kernel:
         arrivals = self.seams.empty_arrivals  # a caller's count (gemm.kernel.seams), else the generator's
         self.ring.init_barriers(empty_arrivals=c.multicast * c.math_threads // 32 if arrivals is None
                                 else _arrival_count(arrivals(c.multicast, c.math_threads // 32)))
+        if self.inbox:  # rank 0 expects every peer's bytes here, before the start's cluster phase that the peers wait
+            # on: the tail has no arrive, and the tx-count does not go below zero (PTX allows it; racecheck hung on it).
+            # Not a peer: its own inbox is never used, and a phase left pending at exit is an error on the emulator
+            owner, inbox_bytes = r("pred", "p_inbox_owner"), (c.split_k - 1) * self.plan.partials_bytes
+            e(f"setp.eq.u32 {owner}, {self.rank}, 0;",
+              f"@{owner} " + barriers.mbarrier_arrive_expect_tx(self.inbox, inbox_bytes))
         if "tmap_d" in self.tmaps:
             e(bulk_copies.prefetch_tensormap(self.tmaps["tmap_d"]))
         b.place(skip)
@@ -320,8 +326,8 @@ class _Kernel:
         """Split-K with ``split_k_push``: ranks 1.. wait for the start's cluster phase (rank 0's inbox barrier is
         initialised), send their totals into rank 0's inbox with st.async (thread t's four-total group j at
         16 (j * threads + t) of the rank's slot), completed on rank 0's inbox barrier, and branch to ``given``.
-        Rank 0's thread 0 arrives on the barrier expecting every peer's bytes; rank 0's math threads wait for the
-        phase, then add each peer's totals, read from their own shared memory, into theirs."""
+        Rank 0's thread 0 arrived on the barrier at the start, expecting every peer's bytes (``setup``); rank 0's
+        math threads wait for the phase, then add each peer's totals, read from their own shared memory, into theirs."""
         b, e, r, c = self.b, self.b.emit, self.b.reg, self.config
         leader, received = r("pred", "p_rank0"), b.label("partials_received")
         groups = _total_groups(math)
@@ -336,10 +342,8 @@ class _Kernel:
           *(shared_memory.st_async_v4(remote, group, remote_bar, i * stride) for i, group in enumerate(groups)),
           f"bra {given};")
         b.place(received)
-        first, ready = r("pred", "p_inbox_arrive"), r("pred")
-        e(f"setp.eq.u32 {first}, {self.tid}, 0;",
-          f"@{first} " + barriers.mbarrier_arrive_expect_tx(self.inbox, (c.split_k - 1) * partials),
-          barriers.mbarrier_wait_parity(self.inbox, 0, ready, b.label("wait_inbox"), cluster=True))
+        ready = r("pred")
+        e(barriers.mbarrier_wait_parity(self.inbox, 0, ready, b.label("wait_inbox"), cluster=True))
         for peer in range(1, c.split_k):
             at = self.plan.inbox_region + (peer - 1) * partials
             self._add_peer_totals(math, groups, lambda loaded, i: shared_memory.ld_shared_v4(loaded, slot,

@@ -34,6 +34,8 @@ figure                         drawn from
                                load each byte of B, and B's L2 priority, at decode and at the ladder's shape
 17_even_waves                  stages 16 / 17's configs, ``grid`` (gemm.kernel.launch) and ``schedule``
                                (gemm.kernel.tile_scheduler): the tiles each CTA walks, one CTA per SM and even waves
+18_split_k_push                stages 17 / 18's configs, ``SharedPlan`` (its inbox) and ``k_share``
+                               (gemm.kernel.config): the gathered and the pushed exchange, rank 0's shared memory
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -63,6 +65,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
 * :mod:`lessons.figures.swap_ab`: stage 15, the decode ring by part and the swapped tile's scales;
 * :mod:`lessons.figures.evict_first`: stage 16, how many tiles load each byte of B, and its L2 priority;
 * :mod:`lessons.figures.even_waves`: stage 17, the tiles each CTA of a persistent walk computes, before and after;
+* :mod:`lessons.figures.split_k_push`: stage 18, split-K's exchange gathered and pushed, and rank 0's inbox;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -80,6 +83,7 @@ from lessons.figures.ring_timelines import (Event, RingTrace, Timing, producer_c
                                             tma_ring_timeline, trace_barriers)
 from lessons.figures.sass_bits import DECODE_SHAPE, ffma_bits, ffma_listings, ffma_yield_bits
 from lessons.figures.split_k import split_k_cluster, split_k_map, split_k_occupancy
+from lessons.figures.split_k_push import shared_map, split_k_push
 from lessons.figures.swap_ab import ring_bytes, swap_ab
 from lessons.figures.tall_tiles import tall_tile_map, tall_tile_waves
 from lessons.figures.tensor_core_layouts import (accumulator_map, descriptor_example, fragment_owner,
@@ -112,6 +116,7 @@ FIGURES = {
     "15_swap_ab": swap_ab,
     "16_evict_first": evict_first,
     "17_even_waves": even_waves,
+    "18_split_k_push": split_k_push,
     "moe_grouped_layouts": moe_layouts,
 }
 
@@ -121,5 +126,5 @@ __all__ = ["FIGURES", "LADDER_SHAPE", "DECODE_SHAPE", "MOE_EXAMPLE", "Event", "R
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
            "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy", "k_block_classes", "after_last_wgmma",
-           "ring_bytes", "b_read_map", "walk_lengths",
+           "ring_bytes", "b_read_map", "walk_lengths", "shared_map",
            *(function.__name__ for function in FIGURES.values())]

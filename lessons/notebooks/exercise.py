@@ -1,4 +1,4 @@
-"""Notebook cells that end each stage notebook (00-17) with the stage's course exercise.
+"""Notebook cells that end each stage notebook (00-18) with the stage's course exercise.
 
     exercise_cells(n)  -> [markdown, code]: exercise n's objective, prompt and "predict, then check" questions,
                           how to start (copy the skeleton to notebooks/my_exNN.py); then a cell that grades
