@@ -25,8 +25,10 @@ The change: stage 17's config plus ``KernelConfig.split_k_push`` wherever it spl
 six ``.wait`` become one of each, and ``ld.shared::cluster`` becomes ``st.async`` (``python -m lessons diff 17 18
 --m 16 --n 2112 --k 7168``: +40 -40 lines). In the SASS, 8 ``UCGABAR_ARV``, 8 ``UCGABAR_WAIT``, 18 ``MEMBAR`` and
 8 ``CCTL`` become 1, 1, 2 and 3, with 2 ``STAS`` (the messages) and no ``LD``. The inbox costs (S - 1) x
-``partials_bytes`` of rank 0's shared memory: 4 KiB here (112,016 bytes against 107,904), but 64 KiB for a
-256 x 64 tile, which costs stage 17's 256 x 64 tiles at 64 x 2112 x 7168 a ring stage (4 to 3). At the ladder's
+``partials_bytes`` of every CTA's shared memory (a launch gives every CTA the same size; only rank 0's inbox is
+used): 4 KiB here (112,016 bytes against 107,904), but 64 KiB for a 256 x 64 tile, which costs stage 17's
+256 x 64 tiles at 64 x 2112 x 7168 a ring stage (4 to 3; not measured there, where production's tiles are 64 x 32
+and keep 10). At the ladder's
 4096 x 4096 x 7168 nothing splits, and stage 18 *is* stage 17: the same PTX, byte for byte.
 
 Measured on an H200 with production's kernels (which split decode's swapped tiles over three CTAs, not two as
@@ -39,7 +41,8 @@ timer's memset flush +4.4% at 16 x 2112 x 7168 (1,952 against 1,865 GB/s), +2.1%
 at the start, as here, the same comparison read +4.0% at 16 x 2112 x 7168 (1,970 against 1,884 GB/s), +1.8% at
 32 x 4096, +4.7% at 64 x 2112, +5.3% at 128 x 2112 and +4.0% at 5 x 2112 x 7168
 (results/sweep_split_k_push_start_memset.json). Production now pushes wherever it splits (gemm.heuristics). In the
-ladder's run at this shape, this stage against stage 17: 8.3 against 8.7 us, cuBLAS 15.4.
+ladder's run at this shape, this stage against stage 17: 8.3 against 8.7 us, cuBLAS 15.4; one run of three
+pairs each, whose ranges overlap (8.06-8.89 against 8.22-8.93 us): the paired sweeps above are the evidence.
 compute-sanitizer's memcheck and synccheck are clean on the pushed kernel; racecheck does not finish on it, even at
 12 CTAs and with the barrier armed at the start, where the gathered kernel finishes in 2.75 s with no hazard
 (results/sanitizer_split_k_push.txt): why is not established. On the CPU the emulator models st.async: the pushed exchange is exact under

@@ -348,7 +348,8 @@ def test_split_k_clusters_on_the_emulator(m, n, k, fields, seed, rng):
 
 
 @pytest.mark.parametrize("seed", [None, 1, 2])
-@pytest.mark.parametrize("m, n, k, fields", [case for case in SPLIT_K_CASES if case[3]["split_k"] < 8])
+@pytest.mark.parametrize("m, n, k, fields", [case for case in SPLIT_K_CASES if case[3]["split_k"] < 8]
+                         + [(33, 304, 1152, dict(block_m=64, block_n=16, stages=2, split_k=8))])  # 7 peers' inboxes
 def test_split_k_partials_pushed_on_the_emulator(m, n, k, fields, seed, rng):
     """split_k_push: ranks 1.. send their totals into rank 0's inbox with st.async and exit; rank 0 waits on its
     inbox barrier. Exact, every element written, under round-robin and random schedules (a peer that sends before

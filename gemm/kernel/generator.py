@@ -134,7 +134,8 @@ class _Kernel:
         self.ring.init_barriers(empty_arrivals=c.multicast * c.math_threads // 32 if arrivals is None
                                 else _arrival_count(arrivals(c.multicast, c.math_threads // 32)))
         if self.inbox:  # rank 0 expects every peer's bytes here, before the start's cluster phase that the peers wait
-            # on: the tail has no arrive, and the tx-count does not go below zero (PTX allows it; racecheck hung on it).
+            # on: the tail has no arrive, and in practice the tx-count does not go below zero (the relaxed arrive orders
+            # nothing; either order is correct, as PTX allows a negative count and rank 0's arrive is the phase's one).
             # Not a peer: its own inbox is never used, and a phase left pending at exit is an error on the emulator
             owner, inbox_bytes = r("pred", "p_inbox_owner"), (c.split_k - 1) * self.plan.partials_bytes
             e(f"setp.eq.u32 {owner}, {self.rank}, 0;",

@@ -12,7 +12,8 @@ The emulator runs stage 18's kernel, its ring cut to two stages, its swapped til
 bytes are not the answer. Every count a graded kernel is built from must be that kernel's own (a wrong count
 deadlocks the emulator, but on a GPU it could hang or race), and must be a positive int; the rule check asks the
 stage's and production's tiles, every split, and 300 cases drawn afresh on every run, naming the first it gets
-wrong.
+wrong. The drawn tiles go past what the generator builds (the rule is arithmetic); a real inbox fits in shared
+memory (at most 227 KiB), far below the largest count an mbarrier's transaction count holds (2^20 - 1 bytes).
 """
 from __future__ import annotations
 

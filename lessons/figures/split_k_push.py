@@ -75,8 +75,8 @@ def _gathered(ax, config, k: int, kib: float) -> None:
 
 def _pushed(ax, config, k: int, kib: float, expected: int) -> None:
     _lanes(ax, config, k, "stage 18, pushed (_Kernel.push_partials): one phase, at the start")
-    _phase(ax, 1.0, f"start: rank 0's thread 0 inits the inbox barrier, arrives on it expecting {expected:,} "
-           "bytes\n(every peer's); then every thread arrives on the cluster barrier (.relaxed), none waits")
+    _phase(ax, 1.0, f"start: each rank inits its inbox barrier; rank 0's thread 0 arrives on its own, expecting "
+           f"{expected:,} bytes\n(every peer's); then every thread arrives on the cluster barrier (.relaxed), none waits")
     _step(ax, 75, 2.6, f"cluster wait (the inbox barrier is ready),\nst.async: totals into rank 0's inbox ({kib:g} "
           "KiB),\ncomplete_tx on rank 0's inbox barrier", 1)
     _step(ax, 25, 3.9, "try_wait.parity.acquire.cluster,\nthen ld.shared.v4 from its own inbox, add.f32", 0)
@@ -104,7 +104,7 @@ def _memory(ax, maps: list[tuple[str, dict]]) -> None:
     ax.set_yticks(range(len(maps)), [label for label, _ in maps], fontsize=8.5)
     ax.set_ylim(len(maps) - 0.5, -1)
     ax.set_xlim(0, 330)
-    ax.set_xlabel("KiB of rank 0's dynamic shared memory (SharedPlan), in address order")
+    ax.set_xlabel("KiB of a CTA's dynamic shared memory (SharedPlan; the same in every rank), in address order")
     ax.legend(handles=[Patch(facecolor=c, edgecolor="black", label=name) for name, c in REGION_COLORS.items()],
               loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=8, ncols=len(REGION_COLORS))
 

@@ -110,7 +110,9 @@ MEASURED_CELLS = [
 
 `results/sweep_split_k_push_memset.json` and `_clean.json`: production's config (its decode tiles split over three
 CTAs, not two as this stage does) with the gathered and the pushed exchange, 8 rounds in alternating order after a
-warm-up pass, on an H200, after each flush. Each row: the gathered time over the pushed one (> 1: the push is
+warm-up pass, on an H200, after each flush; there rank 0 armed its inbox barrier after the K loop.
+`results/sweep_split_k_push_start_memset.json`: the same after the memset, with the barrier armed at the start, as
+this stage's kernel does. Each row: the gathered time over the pushed one (> 1: the push is
 faster), median and range over the rounds, how many rounds the push was ahead, and its GB/s. The configs are told
 apart by what they do (their description), since production itself has since changed to the push. No number here
 is typed in."""),
@@ -120,14 +122,15 @@ from statistics import median
 from lessons import results_store
 from gemm.testing.records import read_result
 
-for flush in ("memset", "clean"):
-    path = results_store.find(f"sweep_split_k_push_{flush}.json")
+for name, flush, armed in (("memset", "memset", "after the K loop"), ("clean", "clean", "after the K loop"),
+                           ("start_memset", "memset", "at the start")):
+    path = results_store.find(f"sweep_split_k_push_{name}.json")
     if path is None:
-        print(f"sweep_split_k_push_{flush}.json: not in this checkout")
+        print(f"sweep_split_k_push_{name}.json: not in this checkout")
         continue
     result = read_result(path)
-    print(f"after the {flush} flush ({results_store.shown(path)}, {result['device'].get('name', '?')}, "
-          f"{result['date'][:10]}):")
+    print(f"after the {flush} flush, inbox armed {armed} ({results_store.shown(path)}, "
+          f"{result['device'].get('name', '?')}, {result['date'][:10]}):")
     by_shape = {}
     for row in result["rows"]:
         by_shape.setdefault((row["m"], row["n"], row["k"]), {})["partials pushed" in row["config"]] = row
