@@ -99,7 +99,9 @@ PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N = 128, 32
 # against the gathered exchange, eight rounds paired, every round ahead (results/sweep_split_k_push_memset.json,
 # _clean.json): after the memset +4.4% at 16 x 2112 x 7168 (split over three), +2.1% at 32 x 4096 x 7168, +5.2% at
 # 64 x 2112 x 7168 (a pair of 64-row tiles), +4.5% at 128 x 2112, +3.1 to +4.1% at M = 1 and 5; after the clean
-# flush +2.1 to +7.1%. The inbox costs 128-row pair tiles a ring stage (128 x 32: 9 instead of 10; the +4.5% at
+# flush +2.1 to +7.1%. Those kernels armed rank 0's inbox barrier after the K loop; armed at the start, as now,
+# +1.8 to +5.3% after the memset (+4.0% at 16 x 2112 x 7168, 1,970 GB/s; results/sweep_split_k_push_start_memset.json).
+# The inbox costs 128-row pair tiles a ring stage (128 x 32: 9 instead of 10; the +4.5% at
 # 128 x 2112 x 7168 is with it). The FP32-output splits (unswapped, M <= 16) push by the same rule: the exchange runs
 # before the epilogue and is the same code; not timed there.
 # Short K on a persistent walk (no more K blocks than the stages that fit, at least SHORT_K_MIN_BLOCKS of them): as
