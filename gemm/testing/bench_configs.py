@@ -6,8 +6,10 @@
 A name is ``production`` (the heuristics' config for the shape) with optional ``:field=value,...`` overrides of
 :class:`gemm.kernel.KernelConfig` fields. At decode (M <= 32) production swaps A and B; ``swap_ab=False``, or a
 field the swapped kernel does not take (``accumulators=2``, ``epilogue='staged'``, ...), starts from the unswapped
-one. A config an override cannot apply to at a shape (multicast on a one-wave, non-persistent config) is a row that
-says why, not the end of the run. Every config is checked against
+one. An override sets only the fields it names: ``split_k=3`` on a config that does not split gives the gathered
+exchange (stage 12's), where production's own splits push their partials (``split_k_push=True``; name both to get
+production's exchange). A config an override cannot apply to at a shape (multicast on a one-wave, non-persistent
+config) is a row that says why, not the end of the run. Every config is checked against
 the float64 reference (NaN-poisoned output) before it is timed. Prints a table per shape; ``--json`` writes the
 rows. (A ladder stage's config with its ideas turned off: ``python -m lessons ablate``.) ``--clocks`` samples the SM
 clock and board power through every timed round (:mod:`gemm.testing.clock_log`): whether a config ran faster in

@@ -6,7 +6,8 @@
     python -m gemm sanitize "300,232,272@wgrad" "520,4096,1040@wgrad,block_m=64,block_n=128"
 
 A job is ``M,N,K`` (the heuristics' config) or ``M,N,K@field=value,...`` (that config with overrides, as
-``python -m gemm bench configs`` takes them); ``M,N,K@wgrad[,field=value,...]`` is the weight-gradient GEMM (1x128
+``python -m gemm bench configs`` takes them: ``split_k=3`` alone gathers the partials, ``split_k=3,split_k_push=True``
+pushes them as production's splits do); ``M,N,K@wgrad[,field=value,...]`` is the weight-gradient GEMM (1x128
 scales on both operands, FP32 D += A*B^T; K any multiple of 16) with the wgrad heuristics' config. Each job runs
 once under each tool in a child process (``python -m gemm.testing.sanitize --once ...``, also the target for ncu;
 ``--graph M N K`` is ncu's target inside the timer's graph), which checks its output (NaN-poisoned D, every element
