@@ -451,12 +451,7 @@ def test_a_table_of_exercise_17s_fixed_cases_fails(tmp_path):
     fixed = _cases()[:-RANDOM_CASES]
     table = {(t, s, c): even_wave_ctas(t, s, c) for t, s, c in fixed}
     table.update({(512, 132, 2): 128, (9, 4, 1): 3, (5, 4, 1): 3})  # the CPU build's counts
-    path = tmp_path / "table.py"
-    path.write_text(f"TABLE = {table!r}\n\ndef even_ctas(tiles, sms, cluster):\n"
-                    "    return TABLE.get((tiles, sms, cluster), min(tiles, sms))\n")
-    report = grader.grade(17, path, mode="cpu", seeds=1, secret="", timeout=300)
-    assert not report["passed"], grader.summary(report)
-    assert any(c["name"] == "cta counts" and c["passed"] is False for c in report["checks"]), grader.summary(report)
+    _assert_table_refused(tmp_path, 17, table, "even_ctas(tiles, sms, cluster)", "min(tiles, sms)", "cta counts")
 
 
 
@@ -466,12 +461,19 @@ def test_a_table_of_exercise_18s_fixed_cases_fails(tmp_path):
     from lessons.exercises.ex18_inbox_bytes import RANDOM_CASES, _cases, reference
     own = reference().inbox_bytes
     table = {case: own(*case) for case in _cases()[:-RANDOM_CASES]}
+    _assert_table_refused(tmp_path, 18, table, "inbox_bytes(split_k, block_m, block_n)", "block_m * block_n * 4",
+                          "inbox counts")
+
+
+def _assert_table_refused(tmp_path, stage: int, table: dict, signature: str, otherwise: str, check: str) -> None:
+    """Grade a solution that answers ``signature`` from ``table`` (keyed by its arguments) and ``otherwise`` elsewhere:
+    it must fail, and the rule check named ``check`` must be what fails it."""
+    arguments = signature[signature.index("(") + 1:-1]
     path = tmp_path / "table.py"
-    path.write_text(f"TABLE = {table!r}\n\ndef inbox_bytes(split_k, block_m, block_n):\n"
-                    "    return TABLE.get((split_k, block_m, block_n), block_m * block_n * 4)\n")
-    report = grader.grade(18, path, mode="cpu", seeds=1, secret="", timeout=300)
+    path.write_text(f"TABLE = {table!r}\n\ndef {signature}:\n    return TABLE.get(({arguments}), {otherwise})\n")
+    report = grader.grade(stage, path, mode="cpu", seeds=1, secret="", timeout=300)
     assert not report["passed"], grader.summary(report)
-    assert any(c["name"] == "inbox counts" and c["passed"] is False for c in report["checks"]), grader.summary(report)
+    assert any(c["name"] == check and c["passed"] is False for c in report["checks"]), grader.summary(report)
 
 
 # ------------------------------------------------- the third red team (2026-11-28): the audit hook's own state
