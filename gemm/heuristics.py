@@ -53,6 +53,7 @@ TILE_OVERHEAD = FEED_WEIGHT * 256
 # (one a tie), by +0.3 to +1.0% (+2.4% at 2048 x 7168 x 4096), none decided by docs/benchmarks.md's 1.3% rule, so
 # the threshold stays until a run decides below it. A BF16 D through the TMA epilogue only; no H100 was lent.
 EVEN_WAVES_MIN_K = 4096
+TALL_TILE_MAX_EXTRA_WORK = 1.03  # see power_capped_block
 
 
 def evens_waves(persistent: bool, k: int, out_dtype: str = "bf16", accumulate: bool = False,
@@ -104,6 +105,16 @@ PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N = 128, 32
 # The inbox costs 128-row pair tiles a ring stage (128 x 32: 9 instead of 10; the +4.5% at
 # 128 x 2112 x 7168 is with it). The FP32-output splits (unswapped, M <= 16) push by the same rule: the exchange runs
 # before the epilogue and is the same code; not timed there.
+# Rank 0, which waits for the pushes, adds them and stores D, takes SPLIT_K_LEAD more K blocks than an even share
+# (KernelConfig.split_k_lead: at 16 x 2112 x 7168, 56 K blocks over three as 20, 18, 18 instead of 18, 19, 19), so
+# the peers finish first and their partials land while rank 0 still multiplies. Measured on an H200 against even
+# shares, paired rounds (results/sweep_split_k_lead_memset.json, 8 rounds; _clean.json, 6), leads of 1, 2 and 4:
+# with 2, after the memset +1.6 to +3.2% at seven of eight split shapes, every round ahead (16 x 2112 x 7168 +1.8%,
+# 128 x 4096 x 7168 +3.2%), +0.6% at 32 x 4096 x 7168 (seven of eight); after the clean flush +0.4 to +2.5%. A lead
+# of 4 lost 1.6-2.4% at the 2112-wide shapes (rank 0 then finishes last) and gained as 2 did at the 4096-wide
+# 64- and 128-row pair tiles; 1 gained 0-1.5%. Measured with a BF16 D only, so the FP32-output splits keep even
+# shares.
+SPLIT_K_LEAD = 2
 # Short K on a persistent walk (no more K blocks than the stages that fit, at least SHORT_K_MIN_BLOCKS of them): as
 # many stages as K blocks, so every tile is one round of the ring and each K block's slot a compile-time offset
 # (KernelConfig.constant_stages), as DeepGEMM 2507 runs 64 x 32768 x 512 (4 stages, ncu). Measured on an H200 against
@@ -207,7 +218,9 @@ def choose_blocks(m: int, n: int, sms: int, staged: bool = False, k: int = 7168,
     """Fewest modelled cycles: waves x (K blocks x wave_cost + TILE_OVERHEAD); ties go to fewer waves, the larger
     block, then the taller one (two math warpgroups hide each other's promotion: 128 x 64 beat 64 x 128 by 4% at
     128 x 7168 x 2048). The per-tile overhead (prologue, epilogue) matters at small K: at 4096 x 32768 x 512,
-    4096 tiles of 256 x 128 beat 5472 of 128 x 192 by 3%, while at K = 7168 and 8192 the 128 x 192 ones win.
+    4096 tiles of 256 x 128 beat 5472 of 128 x 192 by 3%, while at K = 7168 and 8192 the 128 x 192 ones won
+    (H100, before even waves; on an H200 at the power cap they no longer do where the two are within 3% of each
+    other's modelled work: :func:`power_capped_block`, applied after this choice).
     ``groups``: ``groups`` problems of M rows each (the masked grouped GEMM: tiles are counted per group).
     ``block_ns``: the BLOCK_N to try; ``min_block_n``: none narrower than this (decode; unless none is left)."""
     if min_block_n and any(block_n >= min(min_block_n, n) for block_n in block_ns):
@@ -243,6 +256,25 @@ def fuller_wave_block_n(m: int, n: int, k: int, block_m: int, block_n: int, sms:
     if (block_m, block_n) == (128, 128) and n % narrower == 0 and k < FULLER_WAVE_MAX_K and more_tiles_in_one_wave:
         return narrower if fits(128, narrower) else block_n
     return block_n
+
+
+def power_capped_block(m: int, n: int, k: int, block_m: int, block_n: int, sms: int, fits) -> tuple[int, int]:
+    """128 x 192 tiles of a walk of several waves at K >= EVEN_WAVES_MIN_K give way to 256 x 128 ones where those
+    take at most TALL_TILE_MAX_EXTRA_WORK more modelled work (waves x tile area). The cost model counts both tiles
+    as tensor-bound, the same per output; but such walks run at the power cap, where the clock follows the energy
+    a tile takes, and a 256 x 128 tile reads 10% fewer operand bytes from L2 per output (384 rows of K for 32,768
+    outputs against 320 for 24,576). Measured on an H200 (results/sweep_256x128_vs_128x192.json, 10 rounds
+    paired, SM clock and power logged): at the model's +1.6% (8192 x 8192 x 8192 and x 4096, 4096 x 16384 x 7168)
+    and +0.9% (16384 x 7168 x 7168) 256 x 128 is 2.4-5.1% faster, 60-75 MHz higher at the same 700 W, every round
+    ahead at two of the four; at +4.8% (6144 x 7168 x 7168) within the spread (-0.7%). Hence the bound between.
+    Short K and the grouped kernels (whose contiguous tiles are at most 128 rows) not measured."""
+    if (block_m, block_n) != (128, 192) or k < EVEN_WAVES_MIN_K or not fits(256, 128):
+        return block_m, block_n
+    waves = ceil_div(ceil_div(m, 128) * ceil_div(n, 192), sms)
+    tall_waves = ceil_div(ceil_div(m, 256) * ceil_div(n, 128), sms)
+    if waves > 1 and tall_waves * 256 * 128 <= TALL_TILE_MAX_EXTRA_WORK * waves * 128 * 192:
+        return 256, 128
+    return block_m, block_n
 
 
 def paired_k_blocks(config: KernelConfig) -> bool:
@@ -291,7 +323,8 @@ def swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
     config = KernelConfig(block_m=block_m, block_n=SWAP_AB_BLOCK_N, stages=2, producer="warpgroup",
                           registers=REGISTERS, persistent=persistent,
                           raster_group=raster_group(block_m, SWAP_AB_BLOCK_N, device.sm_count) if persistent else 0,
-                          pdl=not persistent, split_k=split_k, split_k_push=split_k > 1, swap_ab=True)
+                          pdl=not persistent, split_k=split_k, split_k_push=split_k > 1,
+                          split_k_lead=SPLIT_K_LEAD if split_k > 1 else 0, swap_ab=True)
     return config.replace(stages=max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit))
 
 
@@ -402,6 +435,7 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
                                      min_block_n=DECODE_MIN_BLOCK_N if m <= DECODE_MAX_M else 0)
     if out_dtype == "bf16" and not accumulate:  # measured with a BF16 D only
         block_n = fuller_wave_block_n(m, n, k, block_m, block_n, device.sm_count, fits)
+        block_m, block_n = power_capped_block(m, n, k, block_m, block_n, device.sm_count, fits)
     split_k = 1
     if (DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M and k >= SPLIT_K_MIN_K and block_n <= PAIR_SPLIT_MAX_BLOCK_N
             and epilogue == "tma" and out_dtype == "bf16" and not accumulate
@@ -422,6 +456,8 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
                           epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate,
                           pdl=m <= 128 and not persistent, split_k=split_k, split_k_push=split_k > 1,
+                          split_k_lead=SPLIT_K_LEAD if (split_k > 1 and out_dtype == "bf16" and not accumulate
+                                                        and epilogue == "tma") else 0,
                           even_waves=evens_waves(persistent, k, out_dtype, accumulate, epilogue))
     if paired_k_blocks(config):
         config = config.replace(accumulators=2)

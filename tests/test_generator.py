@@ -14,6 +14,7 @@ from gemm.testing.problems import random_problem, reference_gemm
 from gemm.heuristics import H100, DeviceFacts, choose_blocks, choose_config, raster_group
 from gemm.kernel import KERNEL, KernelConfig, SharedPlan, generate
 from gemm.kernel.epilogue import d_tile_offset
+from gemm.kernel.config import k_share
 from gemm.kernel.tile_scheduler import schedule, tile_coords
 from lessons.generated import stage06_config
 
@@ -413,6 +414,47 @@ def test_a_cta_scoped_wait_for_pushed_partials_is_caught_on_the_emulator(rng):
     with pytest.raises(EmulationError, match="use .acquire.cluster"):
         run_gemm(config, *small_integer_problem(20, 136, 256, rng), sm_count=4,
                  ptx=text.replace("try_wait.parity.acquire.cluster.", "try_wait.parity."))
+
+
+@pytest.mark.parametrize("split_k, k_blocks, lead", [(2, 56, 1), (3, 56, 2), (3, 19, 1), (4, 7, 9), (3, 4, 1),
+                                                      (8, 9, 3), (2, 2, 5)])
+def test_lead_shares_tile_the_k_blocks_with_more_for_rank_zero(split_k, k_blocks, lead):
+    """split_k_lead: the shares still tile [0, Kb) in rank order, none empty; rank 0 takes Kb // S + lead blocks
+    (fewer only where a peer would be left none) and the peers' shares differ by at most one."""
+    shares = [k_share(rank, split_k, k_blocks, lead) for rank in range(split_k)]
+    assert shares[0][0] == 0 and shares[-1][1] == k_blocks
+    assert all(first < end for first, end in shares) and all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
+    assert shares[0][1] == min(k_blocks // split_k + lead, k_blocks - split_k + 1)
+    peers = [end - first for first, end in shares[1:]]
+    assert max(peers) - min(peers) <= 1
+    assert [k_share(rank, split_k, k_blocks) for rank in range(split_k)] == [
+        (rank * k_blocks // split_k, (rank + 1) * k_blocks // split_k) for rank in range(split_k)]
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+@pytest.mark.parametrize("m, n, k, fields", [
+    (16, 200, 1536, dict(block_m=16, block_n=64, stages=2, split_k=3, swap_ab=True, split_k_push=True,
+                         split_k_lead=2)),  # production's decode kernel: 12 K blocks as 6, 3, 3
+    (20, 136, 640, dict(block_m=64, block_n=64, stages=2, split_k=2, split_k_lead=1)),  # gathered: 5 as 3, 2
+    (17, 136, 896, dict(block_m=64, block_n=64, stages=2, split_k=6, split_k_push=True,
+                        split_k_lead=4)),  # 7 blocks over six CTAs: rank 0 can take only 2
+    (100, 72, 1024, dict(block_m=128, block_n=32, stages=3, split_k=2, split_k_push=True, accumulators=2,
+                         split_k_lead=3)),  # 8 blocks as 7, 1
+])
+def test_split_k_lead_shares_on_the_emulator(m, n, k, fields, seed, rng):
+    """Rank 0 ahead by split_k_lead K blocks, pushed or gathered, swapped or not: exact, every element written
+    (a share the PTX computes differently from config.k_share leaves blocks out or counts them twice)."""
+    from gemm.testing.emulated import run_gemm
+    config = KernelConfig(**fields, persistent=False, raster_group=0)
+    problem = small_integer_problem(m, n, k, rng)
+    assert_exact(run_gemm(config, *problem, sm_count=6, seed=seed), problem)
+
+
+def test_split_k_lead_misuse_is_named():
+    with pytest.raises(ValueError, match="split_k_lead is the K blocks split-K's rank 0 takes beyond an even share"):
+        KernelConfig(split_k_lead=1)
+    with pytest.raises(ValueError, match="split_k_lead"):
+        KernelConfig(split_k=2, persistent=False, raster_group=0, split_k_lead=-1)
 
 
 def test_split_k_push_misuse_is_named():

@@ -134,6 +134,9 @@ class KernelConfig:
     # split-K: ranks 1.. push their totals into rank 0's shared memory with st.async, completed on a barrier there,
     # instead of a cluster barrier after which rank 0 reads them remotely (see the module docstring)
     split_k_push: bool = False
+    # split-K: rank 0 (the CTA that adds the partials and stores D) takes this many K blocks more than an even
+    # share and its peers share the rest, so that their partials arrive while it still multiplies (k_share)
+    split_k_lead: int = 0
     # the math warpgroup's A offset broadcast from lane 0 (shfl.sync), so ptxas builds its wgmma descriptors on the
     # uniform datapath; False: computed from %tid per thread (the ablation, docs/benchmarks.md)
     uniform_offsets: bool = True
@@ -287,6 +290,10 @@ class KernelConfig:
                              f"got {self.split_k}")
         if self.split_k_push and self.split_k == 1:
             raise ValueError("split_k_push sends split-K partial totals to rank 0: it needs split_k > 1")
+        if self.split_k_lead < 0 or self.split_k_lead and self.split_k == 1:
+            raise ValueError(f"split_k_lead is the K blocks split-K's rank 0 takes beyond an even share: it needs "
+                             f"split_k > 1 and a count >= 0, got split_k_lead={self.split_k_lead} with "
+                             f"split_k={self.split_k}")
         if self.split_k > 1 and (self.persistent or self.producer != "warpgroup" or self.multicast != 1
                                  or self.grouped or self.b_scales != "128x128"):
             raise ValueError("split_k > 1 gives each cluster one tile of the dense forward GEMM: it needs "
@@ -443,6 +450,8 @@ class KernelConfig:
         if self.split_k > 1:
             fields.append(f"K split over {self.split_k} CTAs" + (", partials pushed (st.async)" if self.split_k_push
                                                                    else ""))
+            if self.split_k_lead:
+                fields.append(f"rank 0 takes {self.split_k_lead} more K blocks")
         if not self.uniform_offsets:
             fields.append("per-thread A offsets")
         if not self.early_poll and self.producer == "warpgroup" and self.accumulators == 1:
@@ -635,11 +644,27 @@ def tiles(config: KernelConfig, m: int, n: int) -> int:
     return ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
 
 
-def k_share(rank: int, split_k: int, k_blocks: int) -> tuple[int, int]:
+def k_share(rank: int, split_k: int, k_blocks: int, lead: int = 0) -> tuple[int, int]:
     """Split-K: the K blocks [first, end) that cluster rank ``rank`` of ``split_k`` computes of a tile's
     ``k_blocks``: rank * Kb / S rounded down to (rank + 1) * Kb / S, so the shares tile [0, Kb) in order, differ
-    by at most one block and none is empty while Kb >= S. The generator emits this in PTX (``_Kernel.setup``)."""
-    return rank * k_blocks // split_k, (rank + 1) * k_blocks // split_k
+    by at most one block and none is empty while Kb >= S. The generator emits this in PTX (``_Kernel.setup``).
+
+    ``lead`` (``KernelConfig.split_k_lead``): rank 0 takes E = Kb // S + lead blocks, at most Kb - (S - 1) so that
+    no peer's share is empty, and ranks 1.. share the other R = Kb - E evenly the same way: rank r >= 1 computes
+    [E + (r - 1) * R / (S - 1), E + r * R / (S - 1))."""
+    if not lead:
+        return rank * k_blocks // split_k, (rank + 1) * k_blocks // split_k
+    first_end = lead_share_end(split_k, k_blocks, lead)
+    rest, peers = k_blocks - first_end, split_k - 1
+    if rank == 0:
+        return 0, first_end
+    return first_end + (rank - 1) * rest // peers, first_end + rank * rest // peers
+
+
+def lead_share_end(split_k: int, k_blocks: int, lead: int) -> int:
+    """The end of rank 0's share under ``split_k_lead`` = ``lead`` (:func:`k_share`): Kb // S + lead, bounded so
+    that every peer keeps at least one K block."""
+    return max(1, min(k_blocks // split_k + lead, k_blocks - (split_k - 1)))
 
 
 def widest_split(tile_count: int, k_blocks: int, sm_count: int, largest: int = 8, powers_of_two: bool = True) -> int:
@@ -652,4 +677,4 @@ def widest_split(tile_count: int, k_blocks: int, sm_count: int, largest: int = 8
 
 __all__ = ["KernelConfig", "SharedPlan", "GEMM_TYPES", "B_SCALES", "SPLIT_K", "CONTIGUOUS_ALIGNMENT",
            "BLOCK_K", "WARPGROUP", "SHARED_LIMIT", "staging_pitch",
-           "tma_store_box_columns", "max_stages", "tiles", "k_share", "widest_split"]
+           "tma_store_box_columns", "max_stages", "tiles", "k_share", "lead_share_end", "widest_split"]

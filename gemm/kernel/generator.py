@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 
 from gemm.fp8 import ceil_div
-from gemm.kernel.config import KernelConfig, SharedPlan
+from gemm.kernel.config import KernelConfig, SharedPlan, lead_share_end
 from gemm.kernel.epilogue import StagedEpilogue, TmaEpilogue, math_barrier
 from gemm.kernel.seams import NO_SEAMS, Seams
 from gemm.kernel.math_warpgroups import ColumnScales, MathWarpgroups, PreIssued
@@ -107,6 +107,8 @@ class _Kernel:
             e(core.cluster_rank(self.rank))
             if self.seams.k_share is not None:  # a caller's shares (gemm.kernel.seams), else the generator's
                 self._k_share_table(self.seams.k_share, k_end)
+            elif c.split_k_lead:
+                self._lead_shares(k_end)
             else:
                 e(f"mul.lo.u32 {self.k_first}, {self.rank}, {self.plan.kb};",
                   f"add.u32 {k_end}, {self.k_first}, {self.plan.kb};",
@@ -279,6 +281,21 @@ class _Kernel:
             if not c.split_k_push:  # (pushed partials: no second phase; rank 0 waited for its inbox)
                 e(barriers.cluster_wait())
             b.place(given)
+
+    def _lead_shares(self, k_end: str) -> None:
+        """This CTA's [k_first, k_end) under ``split_k_lead`` (config.k_share with its lead): rank 0 takes [0, E),
+        rank r >= 1 [E + (r - 1) * R / (S - 1), E + r * R / (S - 1)) with E and R = Kb - E known at compile time."""
+        e, r, c, kb = self.b.emit, self.b.reg, self.config, self.plan.kb
+        first_end = lead_share_end(c.split_k, kb, c.split_k_lead)
+        rest, peers = kb - first_end, c.split_k - 1
+        before, is_first = r("u32", "peer_index"), r("pred")
+        e(f"mul.lo.u32 {k_end}, {self.rank}, {rest};", core.divide_by_constant(k_end, k_end, peers),
+          f"add.u32 {k_end}, {k_end}, {first_end};",
+          f"sub.u32 {before}, {self.rank}, 1;",  # rank 0's value wraps and is not chosen below
+          f"mul.lo.u32 {before}, {before}, {rest};", core.divide_by_constant(before, before, peers),
+          f"add.u32 {before}, {before}, {first_end};",
+          core.setp("eq", "u32", is_first, self.rank, "0"),
+          f"selp.u32 {self.k_first}, 0, {before}, {is_first};")
 
     def _k_share_table(self, function, k_end: str) -> None:
         """This CTA's [k_first, k_end) from a Python ``function(rank, split_k, k_blocks)`` evaluated for every rank,
