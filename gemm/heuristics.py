@@ -111,10 +111,23 @@ PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N = 128, 32
 # shares, paired rounds (results/sweep_split_k_lead_memset.json, 8 rounds; _clean.json, 6), leads of 1, 2 and 4:
 # with 2, after the memset +1.6 to +3.2% at seven of eight split shapes, every round ahead (16 x 2112 x 7168 +1.8%,
 # 128 x 4096 x 7168 +3.2%), +0.6% at 32 x 4096 x 7168 (seven of eight); after the clean flush +0.4 to +2.5%. A lead
-# of 4 lost 1.6-2.4% at the 2112-wide shapes (rank 0 then finishes last) and gained as 2 did at the 4096-wide
-# 64- and 128-row pair tiles; 1 gained 0-1.5%. Measured with a BF16 D only, so the FP32-output splits keep even
-# shares.
+# of 4 lost 1.6-2.4% at the 2112-wide shapes of up to 64 rows (rank 0 then finishes last; +0.0% at 128 x 2112)
+# and gained as 2 did at the 4096-wide 64- and 128-row pair tiles; 1 read -0.3 to +1.6%. Stage 18's 256 x 64 pair
+# tiles (64 KiB of partials) gain +3.0 to +6.3% with 2 at four M = 64-128 shapes, every round
+# (results/sweep_split_k_lead_256x64.json). Swapped tiles split over a pair are the exception: their partials are
+# small (16 x 64 FP32: 4 KiB) and a lead of 2 puts rank 0 four blocks behind its one peer: at 16 x 2112 x 7168,
+# 1 x 2112 and 16 x 4096 x 7168 over pairs -0.4 to -0.5%, behind in 8-9 of 10 rounds (a lead of 1: -0.0 to +0.6%;
+# results/sweep_split_k_lead_pairs_memset.json), +0.6% at 32 x 4096 x 7168: so they keep even shares
+# (split_lead). Measured with a BF16 D only, so the FP32-output splits keep even shares too.
 SPLIT_K_LEAD = 2
+
+
+def split_lead(split_k: int, swap_ab: bool) -> int:
+    """The K blocks a BF16 split's rank 0 takes beyond an even share (KernelConfig.split_k_lead): SPLIT_K_LEAD,
+    except where nothing is split and for swapped tiles split over a pair (see SPLIT_K_LEAD)."""
+    return SPLIT_K_LEAD if split_k > 2 or split_k == 2 and not swap_ab else 0
+
+
 # Short K on a persistent walk (no more K blocks than the stages that fit, at least SHORT_K_MIN_BLOCKS of them): as
 # many stages as K blocks, so every tile is one round of the ring and each K block's slot a compile-time offset
 # (KernelConfig.constant_stages), as DeepGEMM 2507 runs 64 x 32768 x 512 (4 stages, ncu). Measured on an H200 against
@@ -259,16 +272,20 @@ def fuller_wave_block_n(m: int, n: int, k: int, block_m: int, block_n: int, sms:
 
 
 def power_capped_block(m: int, n: int, k: int, block_m: int, block_n: int, sms: int, fits) -> tuple[int, int]:
-    """128 x 192 tiles of a walk of several waves at K >= EVEN_WAVES_MIN_K give way to 256 x 128 ones where those
-    take at most TALL_TILE_MAX_EXTRA_WORK more modelled work (waves x tile area). The cost model counts both tiles
-    as tensor-bound, the same per output; but such walks run at the power cap, where the clock follows the energy
-    a tile takes, and a 256 x 128 tile reads 10% fewer operand bytes from L2 per output (384 rows of K for 32,768
-    outputs against 320 for 24,576). Measured on an H200 (results/sweep_256x128_vs_128x192.json, 10 rounds
-    paired, SM clock and power logged): at the model's +1.6% (8192 x 8192 x 8192 and x 4096, 4096 x 16384 x 7168)
-    and +0.9% (16384 x 7168 x 7168) 256 x 128 is 2.4-5.1% faster, 60-75 MHz higher at the same 700 W, every round
-    ahead at two of the four; at +4.8% (6144 x 7168 x 7168) within the spread (-0.7%). Hence the bound between.
-    Short K and the grouped kernels (whose contiguous tiles are at most 128 rows) not measured."""
-    if (block_m, block_n) != (128, 192) or k < EVEN_WAVES_MIN_K or not fits(256, 128):
+    """128 x 192 tiles of a walk of several waves at EVEN_WAVES_MIN_K <= K < D_BUFFER_MIN_K give way to 256 x 128
+    ones where those take at most TALL_TILE_MAX_EXTRA_WORK more modelled work (waves x tile area). The cost model
+    counts both tiles as tensor-bound, the same per output; but such walks run at the power cap, where the clock
+    follows the energy a tile takes, and a 256 x 128 tile reads 10% fewer operand bytes from L2 per output (384
+    rows of K for 32,768 outputs against 320 for 24,576). Measured on an H200 (results/sweep_256x128_vs_128x192.json,
+    10 rounds paired, SM clock and power logged): at the model's +1.6% (8192 x 8192 x 8192 and x 4096,
+    4096 x 16384 x 7168) and +0.9% (16384 x 7168 x 7168) 256 x 128 is 2.4-5.1% faster at a median SM clock 60-75 MHz
+    higher (701-722 W against 676-713), every round ahead at two of the four; at +4.8% (6144 x 7168 x 7168) within
+    the spread (-0.7%). Hence the bound between. This overrides what choose_blocks' model was fitted to on the
+    H100 before even waves (128 x 192 ahead at K = 7168 and 8192); no H100 was lent to re-measure it, and the H100
+    SXM's cap is the same 700 W. Not measured: short K, K from D_BUFFER_MIN_K on (where the 256 x 128 tile would
+    also store D in passes), the grouped kernels (whose contiguous tiles are at most 128 rows)."""
+    if ((block_m, block_n) != (128, 192) or not EVEN_WAVES_MIN_K <= k < D_BUFFER_MIN_K
+            or not fits(256, 128)):
         return block_m, block_n
     waves = ceil_div(ceil_div(m, 128) * ceil_div(n, 192), sms)
     tall_waves = ceil_div(ceil_div(m, 256) * ceil_div(n, 128), sms)
@@ -324,7 +341,7 @@ def swap_ab_config(m: int, n: int, k: int, device: DeviceFacts) -> KernelConfig:
                           registers=REGISTERS, persistent=persistent,
                           raster_group=raster_group(block_m, SWAP_AB_BLOCK_N, device.sm_count) if persistent else 0,
                           pdl=not persistent, split_k=split_k, split_k_push=split_k > 1,
-                          split_k_lead=SPLIT_K_LEAD if split_k > 1 else 0, swap_ab=True)
+                          split_k_lead=split_lead(split_k, swap_ab=True), swap_ab=True)
     return config.replace(stages=max_stages(config, n, k, limit=MAX_STAGES, budget=device.shared_limit))
 
 
@@ -456,8 +473,8 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
                           raster_group=raster_group(block_m, block_n, device.sm_count) if persistent else 0,
                           epilogue=epilogue, out_dtype=out_dtype, accumulate=accumulate,
                           pdl=m <= 128 and not persistent, split_k=split_k, split_k_push=split_k > 1,
-                          split_k_lead=SPLIT_K_LEAD if (split_k > 1 and out_dtype == "bf16" and not accumulate
-                                                        and epilogue == "tma") else 0,
+                          split_k_lead=split_lead(split_k, swap_ab=False) if (out_dtype == "bf16" and not accumulate
+                                                                              and epilogue == "tma") else 0,
                           even_waves=evens_waves(persistent, k, out_dtype, accumulate, epilogue))
     if paired_k_blocks(config):
         config = config.replace(accumulators=2)

@@ -48,6 +48,7 @@ STAGES = {
     16: "16_evict_first",
     17: "17_even_waves",
     18: "18_split_k_push",
+    19: "19_split_k_lead",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 # Topic lessons (lessons/<name>.py): one subject told across the stages, not a rung of the ladder. No stage number,

@@ -1,4 +1,4 @@
-"""Exercises 06-16 and 18 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+"""Exercises 06-16, 18 and 19 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
 correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
 cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
 import dataclasses
@@ -13,7 +13,7 @@ from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
 from ptx.emulate import EmulationError
 
-STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18)
+STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19)
 
 
 def load(path):
@@ -578,3 +578,54 @@ def test_18_answers_that_are_no_count_are_refused(rng):
                 lambda *a: True):
         with pytest.raises(ValueError, match="inbox_bytes"):
             ex.build(SimpleNamespace(inbox_bytes=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+@pytest.mark.parametrize("wrong", ["even shares", "lead unbounded", "peers round up"])
+def test_19_wrong_shares_are_named_by_the_rule_and_refused_by_the_build(wrong, rng):
+    """A wrong share would leave K blocks out, count them twice or read past K, so no graded kernel is built from
+    one: the rule check names it, and the build refuses it at the stage's split over three on the CPU."""
+    from gemm.kernel.config import k_share
+    ex = exercise(19)
+
+    def unbounded(rank, split, blocks, lead):  # rank 0 takes its lead even where a peer is left nothing
+        first_end = blocks // split + lead
+        rest = blocks - first_end
+        return (0, first_end) if rank == 0 else (first_end + (rank - 1) * rest // (split - 1),
+                                                 first_end + rank * rest // (split - 1))
+
+    def rounded_up(rank, split, blocks, lead):  # the peers' shares rounded up, not down
+        first_end = min(blocks // split + lead, blocks - split + 1)
+        rest = blocks - first_end
+        return (0, first_end) if rank == 0 else (first_end + -(-(rank - 1) * rest // (split - 1)),
+                                                 first_end + -(-rank * rest // (split - 1)))
+    share = {"even shares": lambda rank, split, blocks, lead: k_share(rank, split, blocks),
+             "lead unbounded": unbounded, "peers round up": rounded_up}[wrong]
+    problems = ex.extra["checks"][0](SimpleNamespace(lead_share=share))
+    assert len(problems) == 1 and "that rank computes K blocks" in problems[0], problems
+    assert ex.extra["checks"][0](ex.reference()) == []
+    if wrong != "lead unbounded":  # the graded shapes leave every peer a block: only the rule check sees that one
+        with pytest.raises(ValueError, match="but the graded kernel's rank"):
+            ex.build(SimpleNamespace(lead_share=share)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+def test_19_the_shares_are_what_the_kernel_computes():
+    """The reference's shares are the ones the generated kernel's PTX computes for each rank (its k_first and k_end,
+    evaluated with u32 arithmetic as the PTX does), for the stage's split and the CPU's split over three."""
+    from lessons.exercises.ex19_lead_shares import _cpu_config
+    ex = exercise(19)
+    m, n, k = lessons_stage(19).SHAPE
+    for config in (lessons_stage(19).config(m, n, k), _cpu_config(lessons_stage(19).config(m, n, k))):
+        assert config.split_k_lead == 2, config.describe()
+        blocks = -(-k // 128)
+        shares = [ex.reference().lead_share(rank, config.split_k, blocks, 2) for rank in range(config.split_k)]
+        assert shares[0] == (0, blocks // config.split_k + 2) and shares[-1][1] == blocks
+        assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
+
+
+def test_19_answers_that_are_no_share_are_refused(rng):
+    """None, a list, floats, numpy integers, a triple: a clear error naming the hole, before a kernel is built."""
+    ex = exercise(19)
+    for bad in (lambda *a: None, lambda *a: [0, 5], lambda *a: (0.0, 5.0), lambda *a: (np.int64(0), np.int64(5)),
+                lambda *a: (0, 5, 1)):
+        with pytest.raises(ValueError, match="lead_share"):
+            ex.build(SimpleNamespace(lead_share=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))

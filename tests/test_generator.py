@@ -450,6 +450,63 @@ def test_split_k_lead_shares_on_the_emulator(m, n, k, fields, seed, rng):
     assert_exact(run_gemm(config, *problem, sm_count=6, seed=seed), problem)
 
 
+def _run_share_arithmetic(lines: list[str], rank: int) -> dict:
+    """The u32 integer lines that compute a split CTA's share, run for one cluster rank (wrapping as PTX does)."""
+    import re
+    mask, registers = 0xFFFFFFFF, {}
+
+    def value(text):
+        text = text.strip()
+        return int(text) & mask if re.fullmatch(r"-?\d+", text) else registers[text]
+    for line in lines:
+        opcode, rest = line.strip().rstrip(";").split(None, 1)
+        args = [a.strip() for a in rest.split(",")]
+        if "%cluster_ctarank" in rest:
+            registers[args[0]] = rank
+            continue
+        registers[args[0]] = {
+            "mul.lo.u32": lambda: value(args[1]) * value(args[2]) & mask,
+            "add.u32": lambda: value(args[1]) + value(args[2]) & mask,
+            "sub.u32": lambda: value(args[1]) - value(args[2]) & mask,
+            "shr.u32": lambda: value(args[1]) >> value(args[2]), "div.u32": lambda: value(args[1]) // value(args[2]),
+            "setp.eq.u32": lambda: value(args[1]) == value(args[2]),
+            "selp.u32": lambda: value(args[1]) if registers[args[3]] else value(args[2])}[opcode]()
+    return registers
+
+
+@pytest.mark.parametrize("split_k", range(2, 9))
+def test_the_emitted_shares_are_k_share_for_every_rank_count_and_lead(split_k):
+    """The share lines the generator emits, run with u32 arithmetic for every rank: k_share's shares, even and with
+    leads up to 10 (rank 0's bounded where a peer would be left none), for K-block counts from S to 4096."""
+    import re
+    ops = ("mov.u32", "mul.lo.u32", "add.u32", "sub.u32", "shr.u32", "div.u32", "setp.eq.u32", "selp.u32")
+    for blocks in [*range(split_k, 40), 56, 57, 129, 4096]:
+        for lead in (0, 1, 2, 3, 10):
+            config = KernelConfig(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0,
+                                  split_k=split_k, split_k_push=True, split_k_lead=lead)
+            lines = generate(config, 256, blocks * 128).splitlines()
+            start = next(i for i, line in enumerate(lines) if "%cluster_ctarank" in line)
+            block = []  # from the rank's read, the lines that write the rank, the shares and their predicate
+            for line in lines[start:]:
+                words = line.split(None, 2)
+                if words[0] not in ops or not re.match(r"%(rank|k_first|k_end|peer_index|p)_\d+,", words[1]):
+                    break
+                block.append(line)
+            for rank in range(split_k):
+                registers = _run_share_arithmetic(block, rank)
+                first = next(v for name, v in registers.items() if "k_first" in name)
+                end = next(v for name, v in registers.items() if "k_end" in name)
+                assert (first, end) == k_share(rank, split_k, blocks, lead), (split_k, blocks, lead, rank)
+
+
+def test_a_k_share_seam_and_a_lead_are_refused_together():
+    from gemm.kernel.seams import Seams
+    config = KernelConfig(block_m=64, block_n=64, stages=2, persistent=False, raster_group=0, split_k=2,
+                          split_k_lead=1)
+    with pytest.raises(ValueError, match="a k_share seam gives every rank's share itself"):
+        generate(config, 256, 1024, seams=Seams(k_share=k_share))
+
+
 def test_split_k_lead_misuse_is_named():
     with pytest.raises(ValueError, match="split_k_lead is the K blocks split-K's rank 0 takes beyond an even share"):
         KernelConfig(split_k_lead=1)

@@ -465,6 +465,17 @@ def test_a_table_of_exercise_18s_fixed_cases_fails(tmp_path):
                           "inbox counts")
 
 
+def test_a_table_of_exercise_19s_fixed_cases_fails(tmp_path):
+    """Exercise 19's shares are arithmetic, so its rule check draws K-block counts and leads far past any the
+    generator builds: a table of the fixed cases' shares (the CPU builds' among them) with even shares elsewhere
+    fails."""
+    from lessons.exercises.ex19_lead_shares import RANDOM_CASES, _cases, reference
+    own = reference().lead_share
+    table = {case: own(*case) for case in _cases()[:-RANDOM_CASES]}
+    _assert_table_refused(tmp_path, 19, table, "lead_share(rank, split_k, k_blocks, lead)",
+                          "(rank * k_blocks // split_k, (rank + 1) * k_blocks // split_k)", "lead shares")
+
+
 def _assert_table_refused(tmp_path, stage: int, table: dict, signature: str, otherwise: str, check: str) -> None:
     """Grade a solution that answers ``signature`` from ``table`` (keyed by its arguments) and ``otherwise`` elsewhere:
     it must fail, and the rule check named ``check`` must be what fails it."""

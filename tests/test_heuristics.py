@@ -37,14 +37,14 @@ def test_every_shape_gets_the_cheapest_valid_config_that_fits(m, n, k):
                    if not (bm > 64 and m <= 64 or bm > 128 and m <= 128 or bm == 256 and bn > 128
                            or n % 8 and bn & (bn - 1) or bn < narrowest))
     chosen = config.block_n if config.block_n != FULLER_WAVE_BLOCK_N else 128  # the model chose 128 (next test)
+    tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
+    assert config.persistent == (tiles > 132)  # one wave: one CTA per tile, nothing to walk
     if (config.block_m, config.block_n) == (256, 128) and k >= EVEN_WAVES_MIN_K and config.persistent:
         # the model may have chosen 128 x 192 and the power-capped walk's rule taken 256 x 128 (its own test)
         model_m, model_n = (128, 192) if modelled(m, n, k, 128, 192, 132) < modelled(m, n, k, 256, 128, 132) \
             else (256, 128)
         assert modelled(m, n, k, model_m, model_n, 132) == cheapest(132)
         return
-    tiles = ceil_div(m, config.block_m) * ceil_div(n, config.block_n)
-    assert config.persistent == (tiles > 132)  # one wave: one CTA per tile, nothing to walk
     if DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M and config.split_k == 2:  # the cheapest tiles for half the SMs, paired
         assert modelled(m, n, k, config.block_m, chosen, 66) == cheapest(66) and 2 * tiles <= 132
         return
@@ -258,14 +258,15 @@ def test_one_sm_takes_no_pair_split():
 
 
 @pytest.mark.parametrize("m, n, k, out_dtype, lead", [
-    (16, 2112, 7168, "bf16", 2), (1, 2112, 7168, "bf16", 2), (32, 4096, 7168, "bf16", 2),  # swapped, threes/pairs
+    (16, 2112, 7168, "bf16", 2), (1, 2112, 7168, "bf16", 2),  # swapped tiles split over three
+    (32, 4096, 7168, "bf16", 0), (16, 4096, 7168, "bf16", 0),  # swapped pairs: even (a lead measured no gain)
     (64, 2112, 7168, "bf16", 2), (128, 4096, 7168, "bf16", 2),  # unswapped pairs
     (16, 2112, 7168, "f32", 0), (16, 2100, 7168, "bf16", 0),  # FP32 D, staged epilogue: even shares (unmeasured)
     (4096, 4096, 7168, "bf16", 0), (64, 7168, 16384, "bf16", 0),  # no split
 ])
 def test_production_splits_lead_with_rank_zero_where_measured(m, n, k, out_dtype, lead):
-    """SPLIT_K_LEAD: production's BF16 TMA-epilogue splits give rank 0 two more K blocks; the others keep even
-    shares (and a config that does not split has no lead to give)."""
+    """SPLIT_K_LEAD: production's BF16 TMA-epilogue splits give rank 0 two more K blocks, but for swapped tiles
+    split over a pair; the others keep even shares (and a config that does not split has no lead to give)."""
     config = choose_config(m, n, k, H100, out_dtype=out_dtype)
     assert config.split_k_lead == (SPLIT_K_LEAD if lead else 0), config.describe()
     assert (config.split_k > 1) or not config.split_k_lead
@@ -276,6 +277,7 @@ def test_production_splits_lead_with_rank_zero_where_measured(m, n, k, out_dtype
     (6144, 7168, 7168, False),  # 256 x 128 would take 4.8% more modelled work: measured a tie, the model keeps 128 x 192
     (4096, 2112, 7168, False),  # three waves either way, a third more work as 256 x 128
     (8192, 8192, 2048, False),  # short K: not measured
+    (8192, 8192, 16384, False),  # from D_BUFFER_MIN_K the 256 x 128 tile stores D in passes: not measured
 ])
 def test_power_capped_walks_take_256x128_tiles_where_measured(m, n, k, tall):
     """power_capped_block: a long-K walk of several waves that the model gives 128 x 192 takes 256 x 128 where that

@@ -50,7 +50,8 @@ previous stage's in one field (``lessons/07_*``, ``lessons/08_*``):
   so a 1x128 kernel takes its K-block count as a parameter (``k_blocks``): one kernel per (config, N) serves
   every K, and K need only be a multiple of 16 (TMA zero-fills the last block).
 * ``split_k``: S = 2 to 8 CTAs of a cluster share one tile's K blocks (decode: fewer tiles than SMs, each CTA's
-  K loop a chain of dependent round trips). CTA rank r computes K blocks [r*Kb/S, (r+1)*Kb/S) into its totals;
+  K loop a chain of dependent round trips). CTA rank r computes K blocks [r*Kb/S, (r+1)*Kb/S) into its totals
+  (``split_k_lead`` = L: rank 0 takes Kb // S + L of them and the others share the rest evenly, ``k_share``);
   the others write theirs into their own (idle) ring, a cluster barrier publishes them, and rank 0 reads them
   through distributed shared memory (``ld.shared::cluster``), adds them and runs the epilogue. One tile per
   cluster (persistent=False), the 128x128 forward kernel only. With ``split_k_push`` the peers instead send their

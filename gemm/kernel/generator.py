@@ -102,9 +102,12 @@ class _Kernel:
         if c.runtime_k:
             e(f"ld.param.u32 {self.k_blocks}, [{b.param('k_blocks')}];")
         self.k_first, self.rank = "0", None
-        if c.split_k > 1:  # this CTA's K blocks: [rank*Kb/S, (rank+1)*Kb/S) (config.k_share), at least one
+        if c.split_k > 1:  # this CTA's K blocks (config.k_share: even shares, or rank 0 ahead by split_k_lead)
             self.rank, self.k_first, k_end = r("u32", "rank"), r("u32", "k_first"), r("u32", "k_end")
             e(core.cluster_rank(self.rank))
+            if self.seams.k_share is not None and c.split_k_lead:
+                raise ValueError(f"a k_share seam gives every rank's share itself: it takes a config without "
+                                 f"split_k_lead (got split_k_lead={c.split_k_lead}), or the lead would be ignored")
             if self.seams.k_share is not None:  # a caller's shares (gemm.kernel.seams), else the generator's
                 self._k_share_table(self.seams.k_share, k_end)
             elif c.split_k_lead:
@@ -289,10 +292,12 @@ class _Kernel:
         first_end = lead_share_end(c.split_k, kb, c.split_k_lead)
         rest, peers = kb - first_end, c.split_k - 1
         before, is_first = r("u32", "peer_index"), r("pred")
-        e(f"mul.lo.u32 {k_end}, {self.rank}, {rest};", core.divide_by_constant(k_end, k_end, peers),
-          f"add.u32 {k_end}, {k_end}, {first_end};",
+
+        def over_peers(value: str) -> list[str]:  # one peer (S = 2): nothing to divide
+            return [core.divide_by_constant(value, value, peers)] if peers > 1 else []
+        e(f"mul.lo.u32 {k_end}, {self.rank}, {rest};", *over_peers(k_end), f"add.u32 {k_end}, {k_end}, {first_end};",
           f"sub.u32 {before}, {self.rank}, 1;",  # rank 0's value wraps and is not chosen below
-          f"mul.lo.u32 {before}, {before}, {rest};", core.divide_by_constant(before, before, peers),
+          f"mul.lo.u32 {before}, {before}, {rest};", *over_peers(before),
           f"add.u32 {before}, {before}, {first_end};",
           core.setp("eq", "u32", is_first, self.rank, "0"),
           f"selp.u32 {self.k_first}, 0, {before}, {is_first};")

@@ -8,7 +8,9 @@ A name is ``production`` (the heuristics' config for the shape) with optional ``
 field the swapped kernel does not take (``accumulators=2``, ``epilogue='staged'``, ...), starts from the unswapped
 one. An override sets only the fields it names: ``split_k=3`` on a config that does not split gives the gathered
 exchange (stage 12's), where production's own splits push their partials (``split_k_push=True``; name both to get
-production's exchange). A config an override cannot apply to at a shape (multicast on a one-wave, non-persistent
+production's exchange). Production's BF16 splits also give rank 0 a lead (``split_k_lead=2``, but for swapped
+pairs), which an override of other fields keeps: ``production:split_k=2`` on a config that splits over three still
+carries it (name ``split_k_lead=0`` for even shares, as the sweeps before the lead ran). A config an override cannot apply to at a shape (multicast on a one-wave, non-persistent
 config) is a row that says why, not the end of the run. Every config is checked against
 the float64 reference (NaN-poisoned output) before it is timed. Prints a table per shape; ``--json`` writes the
 rows. (A ladder stage's config with its ideas turned off: ``python -m lessons ablate``.) ``--clocks`` samples the SM

@@ -36,6 +36,8 @@ figure                         drawn from
                                (gemm.kernel.tile_scheduler): the tiles each CTA walks, one CTA per SM and even waves
 18_split_k_push                stages 17 / 18's configs, ``SharedPlan`` (its inbox) and ``k_share``
                                (gemm.kernel.config): the gathered and the pushed exchange, rank 0's shared memory
+19_split_k_lead                stages 18 / 19's configs, production's (gemm.heuristics) and ``k_share`` with its
+                               lead (gemm.kernel.config): each CTA's K blocks, even and with rank 0's lead
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -66,6 +68,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
 * :mod:`lessons.figures.evict_first`: stage 16, how many tiles load each byte of B, and its L2 priority;
 * :mod:`lessons.figures.even_waves`: stage 17, the tiles each CTA of a persistent walk computes, before and after;
 * :mod:`lessons.figures.split_k_push`: stage 18, split-K's exchange gathered and pushed, and rank 0's inbox;
+* :mod:`lessons.figures.split_k_lead`: stage 19, each split CTA's K blocks, even and with rank 0's lead;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -83,6 +86,7 @@ from lessons.figures.ring_timelines import (Event, RingTrace, Timing, producer_c
                                             tma_ring_timeline, trace_barriers)
 from lessons.figures.sass_bits import DECODE_SHAPE, ffma_bits, ffma_listings, ffma_yield_bits
 from lessons.figures.split_k import split_k_cluster, split_k_map, split_k_occupancy
+from lessons.figures.split_k_lead import lead_shares, split_k_lead
 from lessons.figures.split_k_push import shared_map, split_k_push
 from lessons.figures.swap_ab import ring_bytes, swap_ab
 from lessons.figures.tall_tiles import tall_tile_map, tall_tile_waves
@@ -117,6 +121,7 @@ FIGURES = {
     "16_evict_first": evict_first,
     "17_even_waves": even_waves,
     "18_split_k_push": split_k_push,
+    "19_split_k_lead": split_k_lead,
     "moe_grouped_layouts": moe_layouts,
 }
 
