@@ -282,6 +282,51 @@ def test_a_lightly_disguised_copy_is_still_a_copy_and_independent_code_is_not(tm
     assert independent["passed"], grader.summary(independent)
 
 
+COPY_WITH_HELPER = """
+def lead_share(r, s, kb, ld=0):
+    if not ld:
+        return r * kb // s, (r + 1) * kb // s
+    fe = _end(s, kb, ld)
+    rem, p = kb - fe, s - 1
+    if r == 0:
+        return 0, fe
+    return fe + (r - 1) * rem // p, fe + r * rem // p
+
+
+def _end(s, kb, ld):
+    return max(1, min(kb // s + ld, kb - (s - 1)))
+"""
+
+
+@pytest.mark.parametrize("disguise", ["helper renamed", "helper inlined", "dead stores added"])
+def test_a_copy_of_k_share_is_a_copy_however_its_helper_is_hidden(disguise):
+    """The fourth red team (2026-11-29) on exercise 19: k_share copied with its one-line helper under another name,
+    pasted into the call, or with unused assignments added, passed as own work (a renamed global call, an inlined
+    helper and padding each moved the statements below the similarity bar). Each is a copy now; an honest
+    formulation of the same rule is not."""
+    from lessons.exercises.ex19_lead_shares import EXERCISE
+    from lessons.grading.copies import copied_holes
+    source = {"helper renamed": COPY_WITH_HELPER,
+              "helper inlined": COPY_WITH_HELPER.replace("fe = _end(s, kb, ld)",
+                                                         "fe = max(1, min(kb // s + ld, kb - (s - 1)))"),
+              "dead stores added": COPY_WITH_HELPER.replace("    if not ld:", "    junk = 0\n    junk2 = 1\n    if not ld:"),
+              }[disguise]
+    assert "lead_share" in copied_holes(source, EXERCISE)
+    honest = """
+def lead_share(rank, split_k, k_blocks, lead):
+    peers = split_k - 1
+    if lead == 0:
+        return (rank * k_blocks // split_k, (rank + 1) * k_blocks // split_k)
+    own = min(k_blocks // split_k + lead, k_blocks - peers)
+    if rank == 0:
+        return (0, own)
+    left = k_blocks - own
+    start = own + (rank - 1) * left // peers
+    return (start, own + rank * left // peers)
+"""
+    assert copied_holes(honest, EXERCISE) == []
+
+
 def test_exercise_13_solutions_may_import_the_library_and_see_tuples(tmp_path):
     """Red-team finds on exercise 13: a solution that imports gemm (whose prebuild used to load multiprocessing,
     which the sandbox refuses) and treats its argument as the tuple it is locally (the judge's JSON made it a list)

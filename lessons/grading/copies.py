@@ -3,7 +3,9 @@
 A solution's hole function and each of the stage's own functions for it (the reference's hole functions and the
 functions the exercise's ``answer_sites`` name) are parsed, then normalised: the docstring dropped, the function's
 own name, its parameters and every local variable renamed in order of first appearance (``v0``, ``v1``, ...), every
-string emptied (reworded messages), and the tree dumped without positions. Equal dumps mean the same code with other names and formatting: reported as
+call of a non-builtin global one placeholder (a helper renamed is the same call), assignments to names never read
+dropped (padding), every string emptied (reworded messages), and the tree dumped without positions. The stage's
+one-statement helpers (``return expression``) are also compared pasted into their callers, as a copy may paste them. Equal dumps mean the same code with other names and formatting: reported as
 copied (``python -m lessons grade --allow-copies`` lets an instructor accept them). Only functions of at least
 MIN_STATEMENTS statements are compared: a short hole has one natural way to be written, and a correct one-liner
 is not a copy. Restructured code (other operations, another order) is not a copy by this test: that is writing it.
@@ -11,6 +13,7 @@ is not a copy. Restructured code (other operations, another order) is not a copy
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import textwrap
 from pathlib import Path
@@ -39,6 +42,12 @@ class _Renamer(ast.NodeTransformer):
 
     def visit_Name(self, node):
         node.id = self._rename(node.id)
+        return node
+
+    def visit_Call(self, node):  # a helper called by another name is the same call: every non-builtin global is "g"
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id not in self.local and node.func.id not in BUILTIN_NAMES:
+            node.func.id = "g"
         return node
 
     def visit_Constant(self, node):  # messages and keys reworded are still the same code
@@ -73,8 +82,9 @@ def normalized(function: ast.FunctionDef | ast.Lambda) -> str:
 
 
 def _canonical(function, anonymous: bool = False):
-    """The function with no-ops dropped, names renamed in order (or all to one name), strings emptied, commutative
-    operands sorted."""
+    """The function with no-ops and dead stores dropped, names renamed in order (or all to one name), strings
+    emptied, commutative operands sorted."""
+    _DeadStores(_read_names(function)).visit(function)
     _NoOps().visit(function)
     renamer = _Renamer(_local_names(function), anonymous)
     renamer.visit(function)
@@ -127,6 +137,58 @@ class _NoOps(ast.NodeTransformer):
         return node
 
 
+def _read_names(function) -> set[str]:
+    return {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
+class _DeadStores(ast.NodeTransformer):
+    """``junk = 0`` where ``junk`` is never read is not code: padding a copy with it must not make it another."""
+
+    def __init__(self, read: set[str]):
+        self.read = read
+
+    def visit_Assign(self, node):
+        targets = [t for t in node.targets for t in ast.walk(t) if isinstance(t, ast.Name)]
+        simple = all(isinstance(t, (ast.Name, ast.Tuple)) for t in node.targets)
+        value_pure = not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr))
+                             for n in ast.walk(node.value))
+        if simple and value_pure and targets and not any(t.id in self.read for t in targets):
+            return ast.Pass()
+        return node
+
+
+def _inlined(function: ast.AST, helpers: dict[str, ast.FunctionDef]) -> ast.AST | None:
+    """``function`` with each call of a one-statement helper (``return expression``) replaced by that expression,
+    its parameters bound to the call's arguments; None when it calls none. A copy that pastes the helper's body in
+    place of the call is then the same code."""
+    class Inline(ast.NodeTransformer):
+        changed = False
+
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            helper = helpers.get(node.func.id) if isinstance(node.func, ast.Name) else None
+            if helper is None or node.keywords or len(node.args) > len(helper.args.args):
+                return node
+            body = [b for b in helper.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+            if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+                return node
+            bound = {a.arg: value for a, value in zip(helper.args.args, node.args)}
+
+            class Bind(ast.NodeTransformer):
+                def visit_Name(self, name):
+                    return bound.get(name.id, name)
+            Inline.changed = True
+            return Bind().visit(ast.parse(ast.unparse(body[0].value), mode="eval").body)
+
+    copy = ast.parse(ast.unparse(function)).body[0]
+    inline = Inline()
+    copy = inline.visit(copy)
+    return ast.parse(ast.unparse(copy)).body[0] if Inline.changed else None
+
+
+BUILTIN_NAMES = frozenset(dir(builtins))
+
+
 def functions_in(source: str) -> dict[str, ast.FunctionDef]:
     """The module-level functions of ``source`` by name (nested ones too, for methods and closures)."""
     found = {}
@@ -160,9 +222,10 @@ def stage_functions(exercise) -> list[ast.AST]:
         if not path.is_file():
             continue
         functions = functions_in(path.read_text())
-        for name in (functions if names is None else names):
-            if name in functions:
-                nodes.append(functions[name])
+        chosen = [functions[name] for name in (functions if names is None else names) if name in functions]
+        nodes += chosen
+        helpers = {node.name: node for node in chosen}
+        nodes += [inlined for node in chosen if (inlined := _inlined(node, helpers)) is not None]
     return nodes
 
 
