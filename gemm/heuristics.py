@@ -112,13 +112,15 @@ PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N = 128, 32
 # with 2, after the memset +1.6 to +3.2% at seven of eight split shapes, every round ahead (16 x 2112 x 7168 +1.8%,
 # 128 x 4096 x 7168 +3.2%), +0.6% at 32 x 4096 x 7168 (seven of eight); after the clean flush +0.4 to +2.5%. A lead
 # of 4 lost 1.6-2.4% at the 2112-wide shapes of up to 64 rows (rank 0 then finishes last; +0.0% at 128 x 2112)
-# and gained as 2 did at the 4096-wide 64- and 128-row pair tiles; 1 read -0.3 to +1.6%. Stage 18's 256 x 64 pair
+# and gained as 2 did at the 4096-wide 64- and 128-row pair tiles; 1 read -0.3 to +1.5% (to +1.6% after the clean
+# flush). Stage 18's 256 x 64 pair
 # tiles (64 KiB of partials) gain +3.0 to +6.3% with 2 at four M = 64-128 shapes, every round
 # (results/sweep_split_k_lead_256x64.json). Swapped tiles split over a pair are the exception: their partials are
 # small (16 x 64 FP32: 4 KiB) and a lead of 2 puts rank 0 four blocks behind its one peer: at 16 x 2112 x 7168,
 # 1 x 2112 and 16 x 4096 x 7168 over pairs -0.4 to -0.5%, behind in 8-9 of 10 rounds (a lead of 1: -0.0 to +0.6%;
-# results/sweep_split_k_lead_pairs_memset.json), +0.6% at 32 x 4096 x 7168: so they keep even shares
-# (split_lead). Measured with a BF16 D only, so the FP32-output splits keep even shares too.
+# results/sweep_split_k_lead_pairs_memset.json; production splits the first two over three); production's own
+# swapped pairs read -0.55% at 16 x 4096 x 7168 and +0.6% / +0.9% at 32 x 4096 x 7168 (memset / clean, 32-token
+# tiles: 8 KiB), all within the A/A spread of 1.3%: so swapped pairs keep even shares (split_lead). Measured with a BF16 D only, so the FP32-output splits keep even shares too.
 SPLIT_K_LEAD = 2
 
 

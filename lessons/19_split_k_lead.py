@@ -21,13 +21,14 @@ blocks ahead of the one peer, measured -0.4 to -0.5%). So at stage 18's decode s
 16 x 64 tiles over pairs), stage 19 *is* stage 18; it is measured at 64 x 2112 x 7168, where stage 18 splits 256 x 64
 tiles over pairs: 56 K blocks as 30 and 26 instead of 28 and 28 (``python -m lessons diff 18 19 --m 64 --n 2112
 --k 7168``). In the PTX (:meth:`gemm.kernel.generator._Kernel._lead_shares`) the shares cost two multiplies, two
-adds, a subtract and a ``selp`` at the start (with S - 1 > 1 peers, two divisions by that constant too) instead of
-stage 18's two multiplies, two adds and two shifts; in the SASS the same number of instructions, on the uniform
+adds, a subtract, a ``setp`` and a ``selp`` at the start (with S - 1 > 1 peers, two divisions by that constant too)
+instead of stage 18's multiply, add and two shifts; in the SASS the same number of instructions, on the uniform
 datapath (the rank is the same for every thread). Nothing else changes: the same ring, messages and epilogue. At
 the ladder's 4096 x 4096 x 7168 nothing splits, and stage 19 *is* stage 18.
 
 Measured on an H200, paired rounds against even shares on the stage's own tiles (production's config with stage
-18's 256 x 64 tiles and 3 stages; results/sweep_split_k_lead_256x64.json, 8 rounds, memset flush): a lead of 2
+18's 256 x 64 tiles and 3 stages, which unlike the stage launches with PDL and runs no FFMA pass;
+results/sweep_split_k_lead_256x64.json, 8 rounds, memset flush): a lead of 2
 ahead in every round at all four shapes, +3.0% at 64 x 2112 x 7168, +6.3% at 128 x 2112 x 7168, +3.4% at
 64 x 4096 x 7168 and +3.1% at 128 x 4096 x 7168 (1 gains 1.9-3.0%, 4 3.0-4.6%). With production's own tiles
 (results/sweep_split_k_lead_memset.json, _clean.json; docs/benchmarks.md "Rank 0 two K blocks ahead") a lead of 2

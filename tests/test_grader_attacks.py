@@ -298,7 +298,18 @@ def _end(s, kb, ld):
 """
 
 
-@pytest.mark.parametrize("disguise", ["helper renamed", "helper inlined", "dead stores added"])
+PADDINGS = {  # a second review's paddings of the same copy (2026-11-29): each changes nothing the function returns
+    "dead stores added": "    junk = 0\n    junk2 = 1\n",
+    "augmented dead stores": "    junk = 0\n    junk += 1\n    junk += 2\n",
+    "a chain of dead stores": "    a = 0\n    b = a\n    c = 1\n    d = c\n",
+    "bare expressions": "    0 + 0\n    1 + 1\n",
+    "asserts": "    assert True\n    assert 1\n",
+    "an if on a constant": "    if False:\n        r = 0\n",
+    "attributes of a global": "    lead_share.x = 0\n    lead_share.y = 1\n",
+}
+
+
+@pytest.mark.parametrize("disguise", ["helper renamed", "helper inlined", *PADDINGS])
 def test_a_copy_of_k_share_is_a_copy_however_its_helper_is_hidden(disguise):
     """The fourth red team (2026-11-29) on exercise 19: k_share copied with its one-line helper under another name,
     pasted into the call, or with unused assignments added, passed as own work (a renamed global call, an inlined
@@ -309,8 +320,8 @@ def test_a_copy_of_k_share_is_a_copy_however_its_helper_is_hidden(disguise):
     source = {"helper renamed": COPY_WITH_HELPER,
               "helper inlined": COPY_WITH_HELPER.replace("fe = _end(s, kb, ld)",
                                                          "fe = max(1, min(kb // s + ld, kb - (s - 1)))"),
-              "dead stores added": COPY_WITH_HELPER.replace("    if not ld:", "    junk = 0\n    junk2 = 1\n    if not ld:"),
-              }[disguise]
+              **{name: COPY_WITH_HELPER.replace("    if not ld:", padding + "    if not ld:")
+                 for name, padding in PADDINGS.items()}}[disguise]
     assert "lead_share" in copied_holes(source, EXERCISE)
     honest = """
 def lead_share(rank, split_k, k_blocks, lead):
@@ -325,6 +336,17 @@ def lead_share(rank, split_k, k_blocks, lead):
     return (start, own + rank * left // peers)
 """
     assert copied_holes(honest, EXERCISE) == []
+
+
+def test_a_file_the_copy_check_cannot_take_apart_fails_it(tmp_path):
+    """The same review: a helper nested past the recursion limit (a sum of 600 zeros) made the copy comparison
+    raise, and the grader took that for "no copy" (80/80 with k_share copied). It fails the check now."""
+    path = tmp_path / "padded.py"
+    path.write_text(COPY_WITH_HELPER + "\n\ndef _pad():\n    return " + " + ".join(["0"] * 600) + "\n")
+    report = grader.grade(19, path, mode="cpu", seeds=1, secret="", timeout=300)
+    check = next(c for c in report["checks"] if c["name"] == "own work (not a copy)")
+    assert not check["passed"] and "could not be compared" in check["detail"], check
+    assert not report["passed"]
 
 
 def test_exercise_13_solutions_may_import_the_library_and_see_tuples(tmp_path):

@@ -45,7 +45,7 @@ QUESTIONS = (
      "check with results/sweep_split_k_lead_pairs_memset.json and sweep_split_k_lead_memset.json (notebook 19's "
      "measured cell): the 16 x 64 swapped tiles push 4 KiB of partials, the 128 x 64 pair tiles 32 KiB"),
     ("Predict: what does the PTX spend on the shares, and where does it run?",
-     "check with `python -m lessons diff 18 19 --m 16 --n 2112 --k 7168`: a few integer instructions once, "
+     "check with `python -m lessons diff 18 19 --m 64 --n 2112 --k 7168`: a few integer instructions once, "
      "before the first TMA load"),
     ("Predict: what happens at 16 x 2112 x 384 (3 K blocks over two CTAs) with a lead of 2?",
      "check with gemm.kernel.config.k_share(rank, 2, 3, 2): rank 0's share is bounded so the peer keeps one"),

@@ -15,10 +15,12 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+from collections import Counter
 import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+BUILTIN_NAMES = frozenset(dir(builtins))  # calls of these keep their name: min() is not max()
 
 
 class _Renamer(ast.NodeTransformer):
@@ -45,8 +47,10 @@ class _Renamer(ast.NodeTransformer):
         return node
 
     def visit_Call(self, node):  # a helper called by another name is the same call: every non-builtin global is "g"
+        is_global = (isinstance(node.func, ast.Name) and node.func.id not in self.local
+                     and node.func.id not in BUILTIN_NAMES)  # read before the visit renames the locals
         self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id not in self.local and node.func.id not in BUILTIN_NAMES:
+        if is_global:
             node.func.id = "g"
         return node
 
@@ -84,7 +88,7 @@ def normalized(function: ast.FunctionDef | ast.Lambda) -> str:
 def _canonical(function, anonymous: bool = False):
     """The function with no-ops and dead stores dropped, names renamed in order (or all to one name), strings
     emptied, commutative operands sorted."""
-    _DeadStores(_read_names(function)).visit(function)
+    _drop_dead(function)
     _NoOps().visit(function)
     renamer = _Renamer(_local_names(function), anonymous)
     renamer.visit(function)
@@ -137,24 +141,72 @@ class _NoOps(ast.NodeTransformer):
         return node
 
 
-def _read_names(function) -> set[str]:
-    return {node.id for node in ast.walk(function) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+_EFFECTS = (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)
 
 
-class _DeadStores(ast.NodeTransformer):
-    """``junk = 0`` where ``junk`` is never read is not code: padding a copy with it must not make it another."""
+def _loads(node) -> Counter:
+    return Counter(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
 
-    def __init__(self, read: set[str]):
-        self.read = read
 
-    def visit_Assign(self, node):
-        targets = [t for t in node.targets for t in ast.walk(t) if isinstance(t, ast.Name)]
-        simple = all(isinstance(t, (ast.Name, ast.Tuple)) for t in node.targets)
-        value_pure = not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr))
-                             for n in ast.walk(node.value))
-        if simple and value_pure and targets and not any(t.id in self.read for t in targets):
-            return ast.Pass()
-        return node
+def _no_effect(statement, reads: Counter, local: set[str]) -> bool:
+    """Whether ``statement`` changes nothing the function returns, given ``reads`` (every load of a name in the
+    function): an assignment (plain, augmented, annotated) whose names nothing else reads, a bare expression without
+    a call, an assert, a store to an attribute of a global (``hole.x = 0``)."""
+    if isinstance(statement, ast.Assert):
+        return True
+    if isinstance(statement, ast.Expr):
+        return not any(isinstance(n, _EFFECTS) for n in ast.walk(statement.value))
+    if not isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        return False
+    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+    if statement.value is not None and any(isinstance(n, _EFFECTS) for n in ast.walk(statement.value)):
+        return False
+    stored = [n for t in targets for n in ast.walk(t) if isinstance(getattr(n, "ctx", None), ast.Store)]
+    if any(not isinstance(n, (ast.Name, ast.Attribute, ast.Tuple, ast.List)) for n in stored):
+        return False  # a subscript or a starred target: keep
+    if any(isinstance(n, ast.Attribute) and (not isinstance(n.value, ast.Name) or n.value.id in local)
+           for n in stored):
+        return False  # an attribute of a local object is state the function may return
+    own = _loads(statement)
+    return not any(reads[n.id] - own[n.id] > 0 for n in stored if isinstance(n, ast.Name))
+
+
+def _drop_dead(function) -> None:
+    """Statements that change nothing the function returns (:func:`_no_effect`) and ``if`` on a constant (its taken
+    branch kept), dropped until none is left, each block read backwards so a chain of them goes in one pass: padding
+    a copy with them must not make it another function."""
+    local = _local_names(function)
+    reads = _loads(function)
+
+    def sweep(node) -> bool:
+        changed = False
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(node, field, None)
+            if not (isinstance(block, list) and block and isinstance(block[0], (ast.stmt, ast.excepthandler))):
+                continue
+            kept = []
+            for statement in reversed(block):
+                if isinstance(statement, ast.If) and isinstance(statement.test, ast.Constant):
+                    taken = statement.body if statement.test.value else statement.orelse
+                    reads.subtract(_loads(statement.test))
+                    for dropped in (statement.orelse if statement.test.value else statement.body):
+                        reads.subtract(_loads(dropped))
+                    kept += reversed(taken)
+                    changed = True
+                    continue
+                if isinstance(statement, ast.stmt) and _no_effect(statement, reads, local):
+                    reads.subtract(_loads(statement))
+                    changed = True
+                    continue
+                changed |= sweep(statement)
+                kept.append(statement)
+            kept.reverse()
+            setattr(node, field, kept or [ast.Pass()])
+        return changed
+
+    for _ in range(64):  # nested blocks may free names for an outer one: a few sweeps, bounded
+        if not sweep(function):
+            return
 
 
 def _inlined(function: ast.AST, helpers: dict[str, ast.FunctionDef]) -> ast.AST | None:
@@ -185,8 +237,6 @@ def _inlined(function: ast.AST, helpers: dict[str, ast.FunctionDef]) -> ast.AST 
     copy = inline.visit(copy)
     return ast.parse(ast.unparse(copy)).body[0] if Inline.changed else None
 
-
-BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 def functions_in(source: str) -> dict[str, ast.FunctionDef]:

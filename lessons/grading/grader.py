@@ -75,15 +75,24 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
                                                                                  "cublas, no torch/cupy import"))
         try:
             exercise = load_exercise(stage, exercise_file)
-            copied = copy_findings(source, exercise)
-            same = copied_holes(source, exercise)
         except Exception:  # noqa: BLE001  (an exercise that does not load: the judge reports it)
-            copied, same = [], []
+            exercise = None
+        copied, same, unreadable = [], [], None
+        if exercise is not None:
+            try:  # a file the checks cannot take apart (nesting past the recursion limit) fails them, never passes
+                copied = copy_findings(source, exercise)
+            except (RecursionError, MemoryError, ValueError, SyntaxError) as error:
+                copied = [f"the file could not be scanned ({type(error).__name__})"]
+            try:
+                same = copied_holes(source, exercise)
+            except (RecursionError, MemoryError, ValueError, SyntaxError) as error:
+                unreadable = f"the file could not be compared with the stage's code ({type(error).__name__})"
         report["checks"].append(check_result("own work (no copy of the stage's code)", "integrity", not copied,
                                              "; ".join(copied) if copied else "no stage module or stage function "
                                                                               "imported"))
-        why = (f"{', '.join(same)}: the stage's own code with other names or formatting" if same else
-               "no function is the stage's own code (names and formatting aside)")
+        why = unreadable or (f"{', '.join(same)}: the stage's own code with other names or formatting" if same else
+                             "no function is the stage's own code (names and formatting aside)")
+        same = same or (["(not comparable)"] if unreadable else [])
         allowed = bool(same) and allow_copies
         report["checks"].append(check_result("own work (not a copy)", "integrity", not same,
                                              why + ("; allowed by the instructor (--allow-copies)" if allowed else ""),

@@ -1,4 +1,5 @@
-"""Notebook 19: rank 0 two K blocks ahead, at the stage's decode shape: the config at two shapes, the shares'
+"""Notebook 19: rank 0 two K blocks ahead, at the stage's shape (stage 18's 256 x 64 tiles over pairs): the config at
+two shapes, the shares'
 emitter, the shares in PTX, the SASS counted against stage 18's, the paired runs, and the shares on the emulator
 with the lead taken wrong."""
 from __future__ import annotations

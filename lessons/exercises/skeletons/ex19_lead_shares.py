@@ -24,7 +24,7 @@ Grade it: ``python -m lessons grade 19 path/to/this_file.py``.
 #    at 16 x 2112 x 7168 but not at 128 x 4096 x 7168?
 #    Check with results/sweep_split_k_lead_pairs_memset.json and sweep_split_k_lead_memset.json (notebook 19).
 # 3. What does the PTX spend on the shares, and where does it run?
-#    Check with `python -m lessons diff 18 19 --m 16 --n 2112 --k 7168`.
+#    Check with `python -m lessons diff 18 19 --m 64 --n 2112 --k 7168`.
 # 4. What happens at 16 x 2112 x 384 (3 K blocks over two CTAs) with a lead of 2?
 #    Check with gemm.kernel.config.k_share(rank, 2, 3, 2).
 
