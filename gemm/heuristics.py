@@ -118,9 +118,10 @@ PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N = 128, 32
 # (results/sweep_split_k_lead_256x64.json). Swapped tiles split over a pair are the exception: their partials are
 # small (16 x 64 FP32: 4 KiB) and a lead of 2 puts rank 0 four blocks behind its one peer: at 16 x 2112 x 7168,
 # 1 x 2112 and 16 x 4096 x 7168 over pairs -0.4 to -0.5%, behind in 8-9 of 10 rounds (a lead of 1: -0.0 to +0.6%;
-# results/sweep_split_k_lead_pairs_memset.json; production splits the first two over three); production's own
-# swapped pairs read -0.55% at 16 x 4096 x 7168 and +0.6% / +0.9% at 32 x 4096 x 7168 (memset / clean, 32-token
-# tiles: 8 KiB), all within the A/A spread of 1.3%: so swapped pairs keep even shares (split_lead). Measured with a BF16 D only, so the FP32-output splits keep even shares too.
+# results/sweep_split_k_lead_pairs_memset.json; production splits the first two over three). Production's own
+# swapped pairs, N = 4096, ten rounds (results/sweep_split_k_lead_swapped_pairs.json): -0.5 to +0.0% at M = 1, 8
+# and 16, behind in most rounds; +0.5% at 32 x 4096 x 7168 (32-token tiles, 8 KiB of partials), every round ahead
+# but below the A/A spread of 1.3% that a rule needs: so swapped pairs keep even shares (split_lead). Measured with a BF16 D only, so the FP32-output splits keep even shares too.
 SPLIT_K_LEAD = 2
 
 
