@@ -123,34 +123,20 @@ def _cpu_config(config):
 
 def build(solution):
     import lessons
+    from lessons.exercises.holed import checked_kernel
 
-    def config_of(m, n, k):
-        config = lessons.stage(STAGE).config(m, n, k)
+    def check(config, m, n, k):
         if config.split_k_push:
             checked(solution, config, n, k)
-        return config
-
-    def cpu_config_of(m, n, k):
-        config = _cpu_config(lessons.stage(STAGE).config(m, n, k))
-        if config.split_k_push:
-            checked(solution, config, n, k)
-        return config
-    return _kernel(config_of, cpu_config_of)
+    return checked_kernel(lessons.stage(STAGE).config, _cpu_config, lessons.stage(STAGE).SHAPE, check)
 
 
 def scaffold():
     """Stage 17's kernel, the gathered exchange: what the student starts from. The stub build (every count 0) is
     refused by :func:`checked`, so the technique checks compare against this instead."""
     import lessons
-    previous = lessons.stage(STAGE - 1).config
-    return _kernel(previous, lambda m, n, k: _cpu_config(previous(m, n, k)))
-
-
-def _kernel(config_of, cpu_config_of):
-    import lessons
-    from lessons.exercises.holed import HoledKernel
-    return HoledKernel(config_of, lambda m, n, k: {}, cpu_config_of=cpu_config_of,
-                       sass_shape=lessons.stage(STAGE).SHAPE, sm_count_cpu=4)
+    from lessons.exercises.holed import checked_kernel
+    return checked_kernel(lessons.stage(STAGE - 1).config, _cpu_config, lessons.stage(STAGE).SHAPE)
 
 
 EXERCISE = Exercise(

@@ -79,4 +79,25 @@ class HoledKernel:
         return disassemble(self.cubin(), KERNEL)
 
 
-__all__ = ["HoledKernel"]
+def checked_kernel(config, cpu_config, sass_shape, check=None, sm_count_cpu: int = 4) -> HoledKernel:
+    """A generated stage's own kernel for an exercise whose hole is a value the kernel is built from rather than code
+    plugged into it (exercises 18, 19): ``config(m, n, k)`` the stage's configs, ``cpu_config(config)`` the
+    emulator's cut-down one, and ``check(config, m, n, k)`` (the exercise's) run on both before any kernel is built,
+    refusing a solution whose answer is not that kernel's own. Without ``check``: the kernel as it stands (a
+    scaffold, the stage before's)."""
+    def config_of(m, n, k):
+        chosen = config(m, n, k)
+        if check is not None:
+            check(chosen, m, n, k)
+        return chosen
+
+    def cpu_config_of(m, n, k):
+        chosen = cpu_config(config(m, n, k))
+        if check is not None:
+            check(chosen, m, n, k)
+        return chosen
+    return HoledKernel(config_of, lambda m, n, k: {}, cpu_config_of=cpu_config_of, sass_shape=sass_shape,
+                       sm_count_cpu=sm_count_cpu)
+
+
+__all__ = ["HoledKernel", "checked_kernel"]
