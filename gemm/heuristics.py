@@ -297,6 +297,38 @@ def power_capped_block(m: int, n: int, k: int, block_m: int, block_n: int, sms: 
     return block_m, block_n
 
 
+def pair_split_blocks(m: int, n: int, sms: int, tiles_for) -> tuple[int, int] | None:
+    """The tiles whose K blocks a pair of CTAs splits at M = 33-128 (PAIR_SPLIT_MAX_M), or None where one CTA per
+    tile stays. ``tiles_for(ctas)``: the cost model's (block_m, block_n) at this shape for that many CTAs. Where the
+    model's tiles for every SM are at most PAIR_SPLIT_MAX_BLOCK_N wide, its tiles for half the SMs, if two CTAs
+    for each still fit the SMs. Production asks it at K >= SPLIT_K_MIN_K for a BF16 D through the TMA epilogue."""
+    if not DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M or sms < 2:  # one SM: no half to choose tiles for
+        return None
+    if tiles_for(sms)[1] > PAIR_SPLIT_MAX_BLOCK_N:
+        return None
+    halved = tiles_for(sms // 2)
+    return halved if 2 * ceil_div(m, halved[0]) * ceil_div(n, halved[1]) <= sms else None
+
+
+def narrow_pair_tiles(m: int, n: int, k: int, device: DeviceFacts | None = None) -> tuple[int, int] | None:
+    """Production's pair-split tiles at (m, n, k) for a BF16 D through the TMA epilogue, or None where it keeps one
+    CTA per tile (what stage 20 takes)."""
+    device = device or device_facts()
+    if k < SPLIT_K_MIN_K or n % 8:
+        return None
+    fits = three_stage_fits(n, k, "tma", "bf16", device)
+    return pair_split_blocks(m, n, device.sm_count, lambda ctas: choose_blocks(m, n, ctas, k=k, fits=fits))
+
+
+def three_stage_fits(n: int, k: int, epilogue: str, out_dtype: str, device: DeviceFacts):
+    """fits(block_m, block_n): whether such tiles leave room for at least 3 ring stages, the candidates
+    :func:`choose_blocks` may take for production."""
+    def fits(block_m: int, block_n: int) -> bool:  # at least 3 stages in this device's shared memory
+        trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue, out_dtype=out_dtype)
+        return max_stages(trial, n, k, limit=3, budget=device.shared_limit) >= 3
+    return fits
+
+
 def paired_k_blocks(config: KernelConfig) -> bool:
     """Two K blocks in flight (KernelConfig.accumulators=2) for one wave of one-CTA tiles at most 128 x 112, the
     widths measured, with a BF16 D through the TMA epilogue. Measured on the H100 against one set, same run
@@ -448,21 +480,17 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
     if allow_swap_ab and m <= SWAP_AB_MAX_M and epilogue == "tma" and out_dtype == "bf16" and not accumulate:
         return swap_ab_config(m, n, k, device)
 
-    def fits(block_m: int, block_n: int) -> bool:  # at least 3 stages in this device's shared memory
-        trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue, out_dtype=out_dtype)
-        return max_stages(trial, n, k, limit=3, budget=device.shared_limit) >= 3
+    fits = three_stage_fits(n, k, epilogue, out_dtype, device)
     block_m, block_n = choose_blocks(m, n, device.sm_count, staged=n % 8 != 0, k=k, fits=fits,
                                      min_block_n=DECODE_MIN_BLOCK_N if m <= DECODE_MAX_M else 0)
     if out_dtype == "bf16" and not accumulate:  # measured with a BF16 D only
         block_n = fuller_wave_block_n(m, n, k, block_m, block_n, device.sm_count, fits)
         block_m, block_n = power_capped_block(m, n, k, block_m, block_n, device.sm_count, fits)
     split_k = 1
-    if (DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M and k >= SPLIT_K_MIN_K and block_n <= PAIR_SPLIT_MAX_BLOCK_N
-            and epilogue == "tma" and out_dtype == "bf16" and not accumulate
-            and device.sm_count >= 2):  # see PAIR_SPLIT_MAX_M (one SM: no half to choose tiles for)
-        halved = choose_blocks(m, n, device.sm_count // 2, k=k, fits=fits)
-        if 2 * ceil_div(m, halved[0]) * ceil_div(n, halved[1]) <= device.sm_count:
-            (block_m, block_n), split_k = halved, 2
+    paired = (pair_split_blocks(m, n, device.sm_count, lambda ctas: choose_blocks(m, n, ctas, k=k, fits=fits))
+              if k >= SPLIT_K_MIN_K and epilogue == "tma" and out_dtype == "bf16" and not accumulate else None)
+    if paired is not None:
+        (block_m, block_n), split_k = paired, 2
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)
     tile_count = ceil_div(m, block_m) * ceil_div(n, block_n)
     persistent = tile_count > device.sm_count
@@ -605,5 +633,5 @@ def _printed(config: KernelConfig, gemm_type: str, m: int, n: int, k: int, group
 
 __all__ = ["choose_config", "choose_blocks", "choose_grouped_config", "choose_wgrad_config", "GROUPED_BLOCK_M",
            "swap_ab_config", "masked_swap_ab_config", "swap_ab_token_rows",
-           "raster_group", "device_facts", "DeviceFacts", "H100", "set_num_sms",
-           "get_num_sms"]
+           "raster_group", "device_facts", "DeviceFacts", "H100", "set_num_sms", "get_num_sms",
+           "pair_split_blocks", "narrow_pair_tiles", "three_stage_fits"]

@@ -49,6 +49,7 @@ STAGES = {
     17: "17_even_waves",
     18: "18_split_k_push",
     19: "19_split_k_lead",
+    20: "20_narrow_pair_tiles",
 }
 GEMM_STAGES = [n for n in STAGES if n >= 1]
 # Topic lessons (lessons/<name>.py): one subject told across the stages, not a rung of the ladder. No stage number,

@@ -1,4 +1,4 @@
-"""Exercises 06-16, 18 and 19 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
+"""Exercises 06-16 and 18-20 (lessons/exercises): on the CPU, the skeleton fails, the stage's own functions pass (emulator
 correctness on fresh random shapes, ragged ones included, every element written; the SASS technique check on a
 cubin assembled here), and a deliberately wrong solution is caught. Plus: the seams change nothing by default."""
 import dataclasses
@@ -11,9 +11,10 @@ import pytest
 from gemm.fp8 import calc_diff
 from gemm.testing.problems import random_problem, reference_gemm
 from lessons.exercises import exercise
+from lessons.exercises import ex20_pair_tiles as ex20
 from ptx.emulate import EmulationError
 
-STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19)
+STAGES = (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20)
 
 
 def load(path):
@@ -629,3 +630,58 @@ def test_19_answers_that_are_no_share_are_refused(rng):
                 lambda *a: (0, 5, 1)):
         with pytest.raises(ValueError, match="lead_share"):
             ex.build(SimpleNamespace(lead_share=bad)).run_cpu(*random_problem(*ex.shapes_cpu[0], rng))
+
+
+@pytest.mark.parametrize("wrong", ["no width bound", "no fit check", "one-wave tiles", "rows up to 64"])
+def test_20_wrong_rules_are_named_by_the_rule_check_and_refused_by_the_build(wrong, rng):
+    """Any tiles compute D right, so no graded kernel is built from tiles that are not the rule's: the rule check
+    names the first case a wrong rule gets wrong, and the build refuses it where it differs at a graded shape."""
+    ex = exercise(20)
+    right = ex.reference().pair_tiles
+
+    def no_width_bound(m, n, sms, one_wave, half_wave):
+        return right(m, n, sms, (one_wave[0], 8), half_wave)
+
+    def no_fit_check(m, n, sms, one_wave, half_wave):
+        inside = 32 < m <= 128 and sms >= 2 and one_wave[1] <= 32
+        return tuple(half_wave) if inside else None
+
+    def one_wave_tiles(m, n, sms, one_wave, half_wave):
+        return None if right(m, n, sms, one_wave, half_wave) is None else tuple(one_wave)
+
+    def rows_up_to_64(m, n, sms, one_wave, half_wave):
+        return right(m, n, sms, one_wave, half_wave) if m <= 64 else None
+    rule = {"no width bound": no_width_bound, "no fit check": no_fit_check, "one-wave tiles": one_wave_tiles,
+            "rows up to 64": rows_up_to_64}[wrong]
+    problems = ex.extra["checks"][0](SimpleNamespace(pair_tiles=rule))
+    assert len(problems) == 1 and "the rule gives" in problems[0], problems
+    assert ex.extra["checks"][0](ex.reference()) == []
+    refused_at = [shape for shape in ex.shapes_cpu
+                  if rule(shape[0], shape[1], ex20.CPU_SMS, *ex20.model_answers(*shape, ex20.CPU_SMS))
+                  != right(shape[0], shape[1], ex20.CPU_SMS, *ex20.model_answers(*shape, ex20.CPU_SMS))]
+    for shape in refused_at:
+        with pytest.raises(ValueError, match="but the graded kernel takes"):
+            ex.build(SimpleNamespace(pair_tiles=rule)).run_cpu(*random_problem(*shape, rng))
+    if wrong in ("one-wave tiles", "rows up to 64"):  # the CPU shapes tell these apart from the rule
+        assert refused_at
+
+
+def test_20_the_exercises_kernel_is_the_stages():
+    """Where stage 20 narrows, the exercise's CPU build (stage 19's config with the pair's tiles, ex20._paired) is
+    stage 20's config but for the ring: the exercise and the stage cannot drift apart."""
+    for shape in ((64, 2112, 7168), (100, 2112, 7168), (128, 4096, 7168), (48, 4096, 4096)):
+        tiles = lessons_stage(20).narrowed(*shape)
+        assert tiles is not None, shape
+        built = ex20._paired(lessons_stage(19).config(*shape), tiles)
+        assert built.replace(stages=2) == lessons_stage(20).config(*shape).replace(stages=2), shape
+    assert lessons_stage(20).narrowed(16, 2112, 7168) is None  # swapped: stage 19's
+    assert lessons_stage(20).config(4096, 4096, 7168) == lessons_stage(19).config(4096, 4096, 7168)
+
+
+def test_20_answers_that_are_no_tiles_are_refused(rng):
+    """A list, floats, numpy integers, a triple, a string: a clear error naming the hole, before a kernel is built."""
+    ex = exercise(20)
+    for bad in (lambda *a: [128, 56], lambda *a: (128.0, 56.0), lambda *a: (np.int64(128), np.int64(56)),
+                lambda *a: (128, 56, 2), lambda *a: "128x56"):
+        with pytest.raises(ValueError, match="pair_tiles"):
+            ex.build(SimpleNamespace(pair_tiles=bad)).run_cpu(*random_problem(*ex.shapes_cpu[1], rng))

@@ -543,6 +543,25 @@ def test_a_table_of_exercise_19s_fixed_cases_fails(tmp_path):
                           "(rank * k_blocks // split_k, (rank + 1) * k_blocks // split_k)", "lead shares")
 
 
+def test_a_table_of_exercise_20s_fixed_cases_fails(tmp_path):
+    """Exercise 20's rule check draws made-up model answers at shapes and SM counts far past any GPU's: a table of
+    the fixed cases' tiles (the CPU builds' among them) with a wrong rule elsewhere (the pair's tiles wherever the
+    rows are in range) fails."""
+    from lessons.exercises.ex20_pair_tiles import RANDOM_CASES, _cases, reference
+    own = reference().pair_tiles
+    table = {(m, n, sms, tuple(one), tuple(half)): own(m, n, sms, one, half)
+             for m, n, sms, one, half in _cases()[:-RANDOM_CASES]}
+    path = tmp_path / "table.py"
+    path.write_text(f"TABLE = {table!r}\n\n\ndef pair_tiles(m, n, sms, one_wave, half_wave):\n"
+                    "    key = (m, n, sms, tuple(one_wave), tuple(half_wave))\n"
+                    "    return TABLE[key] if key in TABLE else (tuple(half_wave) if 32 < m <= 128 else None)\n")
+    report = grader.grade(20, path, mode="cpu", seeds=1, secret="", timeout=300)
+    assert not report["passed"], grader.summary(report)
+    assert any(c["name"] == "pair tile rule" and c["passed"] is False for c in report["checks"]), \
+        grader.summary(report)
+    assert all(c["passed"] for c in report["checks"] if c["category"] == "correctness"), grader.summary(report)
+
+
 def _assert_table_refused(tmp_path, stage: int, table: dict, signature: str, otherwise: str, check: str) -> None:
     """Grade a solution that answers ``signature`` from ``table`` (keyed by its arguments) and ``otherwise`` elsewhere:
     it must fail, and the rule check named ``check`` must be what fails it."""

@@ -70,6 +70,38 @@ def test_narrow_tiles_at_m_33_to_128_split_k_over_pairs(m, n, k, unsplit, split)
         assert unsplit[1] <= PAIR_SPLIT_MAX_BLOCK_N
 
 
+def test_narrow_pair_tiles_are_productions_own_pair_tiles():
+    """narrow_pair_tiles (what stage 20 takes) is the pair split production chooses, at every M from 1 to 256 over
+    N and K either side of the rule's bounds; None wherever production keeps one CTA per tile or swaps."""
+    from gemm.heuristics import narrow_pair_tiles
+    split_somewhere = 0
+    for m in range(1, 257, 3):
+        for n in (128, 576, 1000, 2112, 4096, 7168, 24576):
+            for k in (2048, 4096, 7168, 16384):
+                config = choose_config(m, n, k, H100)
+                production = ((config.block_m, config.block_n) if config.split_k == 2 and not config.swap_ab
+                              and m > DECODE_MAX_M else None)
+                assert narrow_pair_tiles(m, n, k, H100) == production, (m, n, k, config.describe())
+                split_somewhere += production is not None
+    assert split_somewhere > 100
+
+
+def test_the_pair_rule_asks_the_model_for_every_sm_then_half():
+    """pair_split_blocks: the model's one-wave tiles decide (at most 32 wide), its tiles for half the SMs are the
+    answer, and only if two CTAs per tile fit; never outside M = 33-128 or on one SM."""
+    from gemm.heuristics import pair_split_blocks
+    asked = []
+
+    def model(ctas):
+        asked.append(ctas)
+        return {132: (64, 16), 66: (64, 32)}[ctas]
+    assert pair_split_blocks(64, 2112, 132, model) == (64, 32) and asked == [132, 66]
+    assert pair_split_blocks(64, 2112 + 32, 132, model) is None  # 67 tiles: 134 CTAs on 132 SMs
+    assert pair_split_blocks(32, 2112, 132, model) is None and pair_split_blocks(129, 2112, 132, model) is None
+    assert pair_split_blocks(64, 2112, 132, lambda ctas: (64, 40)) is None  # one-wave tiles too wide
+    assert pair_split_blocks(64, 16, 1, lambda ctas: (64, 16)) is None
+
+
 @pytest.mark.parametrize("m, n, k, block_n", [
     (256, 7168, 2048, 112), (192, 7168, 7168, 112), (129, 7168, 4096, 112),  # 128 tiles of 112 instead of 112 of 128
     (256, 7168, 16384, 128),  # HBM sets the pace at long K: measured no gain

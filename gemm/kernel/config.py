@@ -452,7 +452,8 @@ class KernelConfig:
             fields.append(f"K split over {self.split_k} CTAs" + (", partials pushed (st.async)" if self.split_k_push
                                                                    else ""))
             if self.split_k_lead:
-                fields.append(f"rank 0 takes {self.split_k_lead} more K blocks")
+                # the bound in lead_share_end depends on K, which a config does not know
+                fields.append(f"rank 0 takes up to {self.split_k_lead} more K blocks")
         if not self.uniform_offsets:
             fields.append("per-thread A offsets")
         if not self.early_poll and self.producer == "warpgroup" and self.accumulators == 1:

@@ -38,6 +38,8 @@ figure                         drawn from
                                (gemm.kernel.config): the gathered and the pushed exchange, rank 0's shared memory
 19_split_k_lead                stages 18 / 19's configs, production's (gemm.heuristics) and ``k_share`` with its
                                lead (gemm.kernel.config): each CTA's K blocks, even and with rank 0's lead
+20_narrow_pair_tiles           stages 19 / 20's configs and stage 20's ablation without the pair: the tiles over
+                               D, zero-fill rows, CTAs and the bytes of A and B read
 moe_grouped_layouts            ``dispatch``, ``contiguous_tiles``, ``masked_tiles`` of lessons/moe_grouped.py (the
                                scheduler's ``schedule`` / ``masked_schedule``; a topic figure, not a stage's)
 =============================  ===========================================================================
@@ -69,6 +71,7 @@ command is :mod:`lessons.figures.committed`). One module per family of figures:
 * :mod:`lessons.figures.even_waves`: stage 17, the tiles each CTA of a persistent walk computes, before and after;
 * :mod:`lessons.figures.split_k_push`: stage 18, split-K's exchange gathered and pushed, and rank 0's inbox;
 * :mod:`lessons.figures.split_k_lead`: stage 19, each split CTA's K blocks, even and with rank 0's lead;
+* :mod:`lessons.figures.narrow_pair_tiles`: stage 20, the tiles over D between decode and prefill, and their costs;
 * :mod:`lessons.figures.drawing`: what they share (the ladder's shape, an empty figure, labelled cells, a box).
 
 matplotlib (the ``plots`` extra) is imported by this package only: ``import lessons`` does not import it.
@@ -79,6 +82,7 @@ from lessons.figures.drawing import LADDER_SHAPE
 from lessons.figures.early_poll import after_last_wgmma, early_poll
 from lessons.figures.evict_first import b_read_map, evict_first
 from lessons.figures.even_waves import even_waves, walk_lengths
+from lessons.figures.narrow_pair_tiles import narrow_pair_tiles, pair_tile_variants, tile_costs
 from lessons.figures.numba_threads import (micro_tile, micro_tile_map, naive_thread_map, smem_banks,
                                            smem_tile_banks, staging_lanes, thread_output_map)
 from lessons.figures.ring_timelines import (Event, RingTrace, Timing, producer_consumer_timeline, replay,
@@ -122,6 +126,7 @@ FIGURES = {
     "17_even_waves": even_waves,
     "18_split_k_push": split_k_push,
     "19_split_k_lead": split_k_lead,
+    "20_narrow_pair_tiles": narrow_pair_tiles,
     "moe_grouped_layouts": moe_layouts,
 }
 
@@ -131,5 +136,5 @@ __all__ = ["FIGURES", "LADDER_SHAPE", "DECODE_SHAPE", "MOE_EXAMPLE", "Event", "R
            "mma_fragment_maps", "ldmatrix_roles", "stage04_swizzle", "descriptor_example", "sw128_layout",
            "accumulator_map", "raster_map", "wave_footprint", "cluster_steps", "census", "ffma_listings", "ffma_bits",
            "moe_walk_map", "tall_tile_map", "split_k_map", "split_k_occupancy", "k_block_classes", "after_last_wgmma",
-           "ring_bytes", "b_read_map", "walk_lengths", "shared_map",
+           "ring_bytes", "b_read_map", "walk_lengths", "shared_map", "lead_shares", "tile_costs", "pair_tile_variants",
            *(function.__name__ for function in FIGURES.values())]

@@ -128,7 +128,7 @@ for name in ("256x64", "memset", "clean", "pairs_memset"):
           f"{result.get('flush', 'memset')} flush):")
     by_shape = {}
     for row in result["rows"]:
-        found = re.search(r"rank 0 takes (\\d+) more", row["config"])
+        found = re.search(r"rank 0 takes (?:up to )?(\\d+) more", row["config"])
         by_shape.setdefault((row["m"], row["n"], row["k"]), {})[int(found.group(1)) if found else 0] = row
     for shape, rows in by_shape.items():
         even = rows[0]

@@ -27,7 +27,7 @@ import lessons
 from lessons.notebooks import (CHECKOUT, moe_grouped, precision, stage_00, stage_01, stage_02, stage_03, stage_04,
                                stage_05, stage_06, stage_07, stage_08, stage_09, stage_10, stage_11, stage_12,
                                stage_13, stage_14, stage_15, stage_16, stage_17, stage_18, stage_19,
-                               training_recipe)
+                               stage_20, training_recipe)
 from lessons.notebooks.cells import figure_cells
 from lessons.notebooks.emulator import break_it_cells, emulator_cells
 from lessons.notebooks.exercise import exercise_cells
@@ -36,7 +36,7 @@ from lessons.notebooks.ipynb import is_current, notebook, render
 NOTEBOOKS = CHECKOUT / "notebooks"
 STAGE_NOTEBOOKS = (stage_00, stage_01, stage_02, stage_03, stage_04, stage_05, stage_06, stage_07, stage_08, stage_09,
                    stage_10, stage_11, stage_12, stage_13, stage_14, stage_15, stage_16,
-                   stage_17, stage_18, stage_19)  # in stage order: lessons.STAGES
+                   stage_17, stage_18, stage_19, stage_20)  # in stage order: lessons.STAGES
 
 
 def build() -> dict[str, dict]:
