@@ -1,11 +1,11 @@
-"""``python -m lessons ablate 4|5|8|15``: a bundled stage, each of its ideas turned off on its own, timed (GPU).
+"""``python -m lessons ablate 4|5|8|15|20``: a bundled stage, each of its ideas turned off on its own, timed (GPU).
 
 A stage that must bundle ideas lists them as ``ABLATIONS = {label: changes}``; each row is the stage with one
 change undone, checked against the float64 reference (NaN-poisoned D, every element written) and timed with the
 ladder's one kernel timer (:func:`gemm.testing.timer.bench_kernel`: CUDA-graph replay of (L2 flush; call) pairs), next to
 the previous stage and the stage itself, on the same inputs. Writes ``ablation_NN.json``. The changes are:
 
-* for a stage built on the production generator (08, 15): :class:`gemm.kernel.config.KernelConfig` fields;
+* for a stage built on the production generator (08, 15, 20): :class:`gemm.kernel.config.KernelConfig` fields;
 * for a hand-written PTX stage (04, 05): fields of the stage's ``Options`` (a frozen dataclass whose defaults
   are the stage as taught), which its ``generate(m, n, k, options)`` and ``gemm(..., options=)`` take.
 

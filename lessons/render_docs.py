@@ -349,7 +349,8 @@ def render(results: Path, docs: Path, lessons: Path | None = None) -> dict[Path,
                   results / "sweep_split_k_lead_memset.json", results / "sweep_split_k_lead_clean.json",
                   results / "sweep_256x128_vs_128x192.json", results / "sweep_split_k_lead_pairs_memset.json",
                   results / "sweep_split_k_lead_256x64.json",
-                  results / "sweep_split_k_lead_swapped_pairs.json"):
+                  results / "sweep_split_k_lead_swapped_pairs.json",
+                  results / "sweep_compute_bound_extras.json"):
         if sweep.exists():
             blocks[sweep.stem] = sweep_block(read_result(sweep))
     other_ladders = sorted(results.glob("ladder_*x*x*.json"))  # runs at a stage's own shape (ladder_file)

@@ -178,7 +178,7 @@ def test_ablate_without_gpu_tables_the_assembled_variants(capsys, monkeypatch):
     assert "need a Hopper GPU" in out and "QGMMA" in out and "spill B" in out
     for label in lessons.stage(5).ABLATIONS:
         assert f"05 {label}" in out
-    assert ablate.stages_with_ablations() == [4, 5, 8, 15]
+    assert ablate.stages_with_ablations() == [4, 5, 8, 15, 20]
 
 
 def test_ablate_refuses_a_stage_that_bundles_nothing(capsys):

@@ -200,8 +200,11 @@ def test_an_expression_that_explodes_is_refused(tmp_path):
     ("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))\n", "changing its limits"),
     ("import sqlite3\nsqlite3.connect('/tmp/fp8_redteam.db')\n", "databases outside the working directory"),
     # the second red team: a rename's destination, links, /proc listing, a site-packages directory descriptor
-    ("import os\nopen('x.py', 'w').write('')\nos.rename('x.py', '/tmp/fp8_redteam_renamed.py')\n",
+    ("import os\nopen('x.txt', 'w').write('')\nos.rename('x.txt', '/tmp/fp8_redteam_renamed.py')\n",
      "refuses os.rename on /tmp"),
+    # the fifth: code written as text, renamed to a module in the working directory (then importable)
+    ("import os\nopen('x.txt', 'w').write('')\nos.rename('x.txt', 'x.py')\n", "a file Python can import or run"),
+    ("open('x.py', 'w').write('')\n", "code written at run time"),
     ("import os\nos.symlink('/work', 'w')\n", "refuses os.symlink"),
     ("import os\nopen('x', 'w').write('')\nos.link('x', '/tmp/fp8_redteam_link')\n", "refuses os.link"),
     ("import os\n_own = os.listdir('/proc')\n", "refuses os.listdir on /proc"),
@@ -336,6 +339,156 @@ def lead_share(rank, split_k, k_blocks, lead):
     return (start, own + rank * left // peers)
 """
     assert copied_holes(honest, EXERCISE) == []
+
+
+# ------------------------------------------------- the fifth red team (2026-11-29), on exercise 20
+RULE_COPY = """
+def _blocks(m, n, sms, tiles_for):
+    if not DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M or sms < 2:
+        return None
+    if tiles_for(sms)[1] > PAIR_SPLIT_MAX_BLOCK_N:
+        return None
+    halved = tiles_for(sms // 2)
+    return halved if 2 * ceil_div(m, halved[0]) * ceil_div(n, halved[1]) <= sms else None
+
+
+def pair_tiles(m, n, sms, one_wave, half_wave):
+    return _blocks(m, n, sms, lambda ctas: one_wave if ctas == sms else half_wave)
+"""
+NESTED = """
+def pair_tiles(m, n, sms, one_wave, half_wave):
+    def tiles_for(ctas):
+        return one_wave if ctas == sms else half_wave
+    if not DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M or sms < 2:
+        return None
+    if tiles_for(sms)[1] > PAIR_SPLIT_MAX_BLOCK_N:
+        return None
+    halved = tiles_for(sms // 2)
+    return halved if 2 * ceil_div(m, halved[0]) * ceil_div(n, halved[1]) <= sms else None
+"""
+RULE_DISGUISES = {
+    "the adapter a nested def": NESTED,
+    "the adapter a lambda, one call of a builtin added": NESTED.replace(
+        "    def tiles_for(ctas):\n        return one_wave if ctas == sms else half_wave\n",
+        "    tiles_for = lambda ctas: one_wave if ctas == sms else half_wave\n    len(())\n"),
+    "two calls of a builtin added": RULE_COPY.replace("        return None\n", "        return None\n    len(())\n"),
+    "return None as a bare return": RULE_COPY.replace("        return None\n", "        return\n"),
+    "the copy kept in a string": "_SRC = '''" + RULE_COPY + "'''\n",
+}
+
+
+@pytest.mark.parametrize("disguise", RULE_DISGUISES)
+def test_a_copy_of_the_pair_rule_is_a_copy_however_it_is_adapted(disguise):
+    """The fifth red team: pair_split_blocks copied into exercise 20 passed as own work behind a nested def or a
+    lambda adapting its calls, calls of a builtin whose results nothing reads (len(())), a bare return for return
+    None, or kept in a string and run with runpy. Each is a copy now."""
+    from lessons.exercises.ex20_pair_tiles import EXERCISE
+    from lessons.grading.copies import copied_holes
+    assert copied_holes(RULE_DISGUISES[disguise], EXERCISE), disguise
+
+
+HONEST_PAIR_RULES = ["""
+def pair_tiles(m, n, sms, one_wave, half_wave):
+    if m <= 32 or m > 128 or sms < 2:
+        return None
+    if one_wave[1] > 32:
+        return None
+    tiles = -(-m // half_wave[0]) * -(-n // half_wave[1])
+    if 2 * tiles > sms:
+        return None
+    return (half_wave[0], half_wave[1])
+""", """
+def pair_tiles(m, n, sms, one_wave, half_wave):
+    rows, cols = half_wave
+    fits = 2 * (-(-m // rows)) * (-(-n // cols)) <= sms
+    return tuple(half_wave) if 32 < m <= 128 and sms >= 2 and one_wave[1] <= 32 and fits else None
+""", """
+import math
+
+
+def _count(m, n, tile):
+    return math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+
+
+def pair_tiles(m, n, sms, one_wave, half_wave):
+    narrow = one_wave[1] <= 32
+    between = 32 < m <= 128
+    if not (narrow and between) or sms < 2:
+        return None
+    if 2 * _count(m, n, half_wave) > sms:
+        return None
+    return (int(half_wave[0]), int(half_wave[1]))
+"""]
+
+
+def test_honest_pair_rules_are_not_copies():
+    """Honest solutions to exercise 20 in three styles pass the copy check."""
+    from lessons.exercises.ex20_pair_tiles import EXERCISE
+    from lessons.grading.copies import copied_holes
+    assert all(copied_holes(source, EXERCISE) == [] for source in HONEST_PAIR_RULES)
+
+
+RUNPY_COPY = '''import os
+import runpy
+
+_SRC = """
+from gemm.heuristics import DECODE_MAX_M, PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N, ceil_div
+''' + RULE_COPY + '''"""
+_path = os.path.join(os.getcwd(), "rule_copy.py")
+with open(_path, "w") as _f:
+    _f.write(_SRC)
+_rule = runpy.run_path(_path)["_blocks"]
+
+
+def pair_tiles(m, n, sms, one_wave, half_wave):
+    return _rule(m, n, sms, lambda ctas: one_wave if ctas == sms else half_wave)
+'''
+
+
+def test_code_written_to_a_file_and_run_is_refused(tmp_path):
+    """The fifth red team: the copy written to the working directory at run time and run with runpy. runpy is a
+    forbidden module, the string's functions are compared, and the sandbox refuses writing a .py file."""
+    path = tmp_path / "runpy_copy.py"
+    path.write_text(RUNPY_COPY)
+    report = grader.grade(20, path, mode="cpu", seeds=1, secret="", timeout=300)
+    failed = {c["name"]: c["detail"] for c in report["checks"] if c["passed"] is False}
+    assert not report["passed"]
+    assert "imports runpy" in failed["no vendor GEMM (source)"], failed
+    assert "<string>._blocks" in failed["own work (not a copy)"], failed
+    assert "refuses writing" in failed["loads"], failed
+
+
+UTF7_COPY = (
+    b'# -*- coding: utf-7 -*-\n'
+    b"# Attack: a UTF-7 coding cookie. The grader's source scans read the file as UTF-8 (every line below is a\n"
+    b'# comment there); the sandbox import decodes UTF-7, where a plus-AAo-minus run is a newline: the hidden lines are code:\n'
+    b"# production's pair_split_blocks, verbatim.\n"
+    b'#+AAo-from gemm.heuristics import DECODE_MAX_M, PAIR_SPLIT_MAX_M, PAIR_SPLIT_MAX_BLOCK_N, ceil_div\n'
+    b'#+AAo-\n'
+    b'#+AAo-\n'
+    b'#+AAo-def pair_split_blocks(m, n, sms, tiles_for):\n'
+    b'#+AAo-    if not DECODE_MAX_M < m <= PAIR_SPLIT_MAX_M or sms < 2:\n'
+    b'#+AAo-        return None\n'
+    b'#+AAo-    if tiles_for(sms)[1] > PAIR_SPLIT_MAX_BLOCK_N:\n'
+    b'#+AAo-        return None\n'
+    b'#+AAo-    halved = tiles_for(sms // 2)\n'
+    b'#+AAo-    return halved if 2 * ceil_div(m, halved[0]) * ceil_div(n, halved[1]) <= sms else None\n'
+    b'#+AAo-\n'
+    b'#+AAo-\n'
+    b'#+AAo-def pair_tiles(m, n, sms, one_wave, half_wave):\n'
+    b'#+AAo-    return pair_split_blocks(m, n, sms, lambda ctas: one_wave if ctas == sms else half_wave)\n')
+
+
+def test_a_file_that_declares_another_encoding_fails(tmp_path):
+    """The fifth red team: a file under a UTF-7 coding cookie is all comments to the scans (they read UTF-8) and a
+    copy of the rule to Python's import (it decodes UTF-7), which passed every source scan. Any encoding but UTF-8
+    fails the source check now."""
+    path = tmp_path / "utf7.py"
+    path.write_bytes(UTF7_COPY)
+    report = grader.grade(20, path, mode="cpu", seeds=1, secret="", timeout=300)
+    check = next(c for c in report["checks"] if c["name"] == "no vendor GEMM (source)")
+    assert not check["passed"] and "declares the encoding utf-7" in check["detail"], check
+    assert not report["passed"]
 
 
 def test_a_file_the_copy_check_cannot_take_apart_fails_it(tmp_path):

@@ -2,9 +2,12 @@
 
 A solution's hole function and each of the stage's own functions for it (the reference's hole functions and the
 functions the exercise's ``answer_sites`` name) are parsed, then normalised: the docstring dropped, the function's
-own name, its parameters and every local variable renamed in order of first appearance (``v0``, ``v1``, ...), every
-call of a non-builtin global one placeholder (a helper renamed is the same call), assignments to names never read
-dropped (padding), every string emptied (reworded messages), and the tree dumped without positions. The stage's
+own name, its parameters, every local variable and nested helper renamed in order of first appearance (``v0``,
+``v1``, ...), every call of a non-builtin global one placeholder (a helper renamed is the same call), padding dropped
+(assignments to names never read, calls of a pure builtin on arguments that call nothing), a bare ``return`` made
+``return None``, every string emptied (reworded messages), and the tree dumped without positions. The similarity
+does not count statements that bind a local function (an adapter around a copy's calls), and the functions of every
+string constant that is Python source are compared as well (code kept in a string to be run from it). The stage's
 one-statement helpers (``return expression``) are also compared pasted into their callers, as a copy may paste them. Equal dumps mean the same code with other names and formatting: reported as
 copied (``python -m lessons grade --allow-copies`` lets an instructor accept them). Only functions of at least
 MIN_STATEMENTS statements are compared: a short hole has one natural way to be written, and a correct one-liner
@@ -66,6 +69,8 @@ def _local_names(function: ast.AST) -> set[str]:
     for node in ast.walk(function):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names.add(node.id)
+        elif node is not function and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)  # a nested helper is a local: calling it is not calling a global
     return names
 
 
@@ -112,12 +117,19 @@ def statement_profile(function) -> dict[str, int]:
     if isinstance(tree, ast.Expr):
         tree = tree.value
     tree = _canonical(tree, anonymous=True)  # an added statement must not rename every later one
+    adapters = {id(n) for d in ast.walk(tree) if d is not tree and _defines_function(d) for n in ast.walk(d)}
     profile: dict[str, int] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.stmt) and node is not tree:
+        # a local function (a nested def, a lambda bound to a name) adapts a copy's calls: the statements count
+        if isinstance(node, ast.stmt) and node is not tree and id(node) not in adapters:
             key = ast.dump(node, annotate_fields=False, include_attributes=False)
             profile[key] = profile.get(key, 0) + 1
     return profile
+
+
+def _defines_function(node) -> bool:
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+        isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda))
 
 
 def similarity(a: dict[str, int], b: dict[str, int]) -> float:
@@ -128,7 +140,13 @@ def similarity(a: dict[str, int], b: dict[str, int]) -> float:
 
 
 class _NoOps(ast.NodeTransformer):
-    """Statements that do nothing (``pass``, a bare constant such as a docstring) are not code."""
+    """Statements that do nothing (``pass``, a bare constant such as a docstring) are not code; a bare ``return``
+    is ``return None``."""
+
+    def visit_Return(self, node):
+        if node.value is None:
+            node.value = ast.Constant(None)
+        return node
 
     def generic_visit(self, node):
         super().generic_visit(node)
@@ -142,6 +160,19 @@ class _NoOps(ast.NodeTransformer):
 
 
 _EFFECTS = (ast.Call, ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr)
+# builtins whose call changes nothing but its result (none calls a function it is given, none mutates an argument)
+PURE_BUILTINS = frozenset({"abs", "all", "any", "ascii", "bin", "bool", "bytes", "callable", "chr", "complex", "dict",
+                           "divmod", "float", "format", "frozenset", "hash", "hex", "id", "int", "isinstance",
+                           "issubclass", "len", "list", "oct", "ord", "pow", "range", "repr", "round", "set", "slice",
+                           "str", "tuple", "type"})
+
+
+def _pure_call(node, local: set[str]) -> bool:
+    """A call of a pure builtin (not shadowed by a local) on arguments that call nothing: ``len(())``."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PURE_BUILTINS
+            and node.func.id not in local
+            and not any(isinstance(n, _EFFECTS + (ast.Lambda,)) for a in (*node.args, *node.keywords)
+                        for n in ast.walk(a)))
 
 
 def _loads(node) -> Counter:
@@ -155,7 +186,8 @@ def _no_effect(statement, reads: Counter, local: set[str]) -> bool:
     if isinstance(statement, ast.Assert):
         return True
     if isinstance(statement, ast.Expr):
-        return not any(isinstance(n, _EFFECTS) for n in ast.walk(statement.value))
+        return (not any(isinstance(n, _EFFECTS) for n in ast.walk(statement.value))
+                or _pure_call(statement.value, local))
     if not isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
         return False
     targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
@@ -239,12 +271,24 @@ def _inlined(function: ast.AST, helpers: dict[str, ast.FunctionDef]) -> ast.AST 
 
 
 
-def functions_in(source: str) -> dict[str, ast.FunctionDef]:
-    """The module-level functions of ``source`` by name (nested ones too, for methods and closures)."""
+def functions_in(source: str, strings: bool = False) -> dict[str, ast.FunctionDef]:
+    """The module-level functions of ``source`` by name (nested ones too, for methods and closures). ``strings``:
+    also the functions of every string constant that is Python source itself (code kept in a string to be run from
+    it), named ``<string>.name``."""
     found = {}
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found.setdefault(node.name, node)
+    if strings:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and "def " in node.value:
+                try:
+                    inner = functions_in(textwrap.dedent(node.value))
+                except (SyntaxError, ValueError):
+                    continue
+                for name, function in inner.items():
+                    found.setdefault(f"<string>.{name}", function)
     return found
 
 
@@ -294,7 +338,7 @@ def copied_holes(source: str, exercise) -> list[str]:
     """The functions of ``source`` (holes and helpers) whose code is the stage's own, names and formatting aside. Only the stage's
     functions of at least MIN_STATEMENTS statements count: a correct one-liner is not a copy of another."""
     try:
-        mine = functions_in(source)
+        mine = functions_in(source, strings=True)
     except SyntaxError:
         return []
     theirs = []

@@ -35,7 +35,7 @@ from lessons.grading.plan import (DEFAULT_SEEDS, DEFAULT_TIMEOUT_S, SECRET_ENV, 
 from lessons.grading.rubric import (PASS_MARK, check_result, expected_checks, finish_report, grader_version,
                                     printable, utc_timestamp)
 from lessons.grading.sandbox import remove_tree
-from lessons.grading.source_scan import copy_findings, scan_source
+from lessons.grading.source_scan import copy_findings, encoding_findings, scan_source
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def grade(stage: int, solution: Path | str | None, *, mode: str = "auto", seeds:
             return finish_report(report, started)
         report["solution_sha256"] = hashlib.sha256(solution.read_bytes()).hexdigest()
         source = solution.read_text(errors="replace")
-        findings = scan_source(source, str(solution))
+        findings = encoding_findings(solution.read_bytes()) + scan_source(source, str(solution))
         report["checks"].append(check_result("no vendor GEMM (source)", "integrity", not findings,
                                              "; ".join(findings) if findings else "no matmul/@/einsum/dot/_scaled_mm/"
                                                                                  "cublas, no torch/cupy import"))

@@ -25,6 +25,8 @@ import traceback
 PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
                             "subprocess.Popen", "pty.spawn", "os.startfile", "socket.__new__", "socket.connect",
                             "socket.bind", "os.kill", "os.killpg", "signal.pthread_kill", "sys.remote_exec"})
+# files Python can import or run (a .py written to the working directory and imported, or run with runpy)
+IMPORTABLE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyw", ".pth", ".so", ".pyd", ".zip", ".pyz", ".egg", ".whl")
 BLOCKED_IMPORTS = frozenset({"cffi", "_cffi_backend", "_posixsubprocess", "socket", "_socket", "multiprocessing",
                              "_multiprocessing"})
 # ctypes itself may be imported (NumPy does), but nothing of it may run: every ctypes audit event is refused
@@ -138,6 +140,9 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str, preload_
             writing = any(c in str(mode) for c in "wax+") or bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
             if writing and not inside(path, workdir):
                 raise SandboxViolation(f"the grading sandbox refuses writing {path} (only the working directory)")
+            if writing and path.lower().endswith(IMPORTABLE_SUFFIXES):
+                raise SandboxViolation(f"the grading sandbox refuses writing {path} (code written at run time is code "
+                                       "the grader's scans never read)")
             if not readable(path):
                 raise SandboxViolation(f"the grading sandbox refuses reading {path}")
             if os.path.isdir(path) and not inside(path, workdir):
@@ -167,6 +172,9 @@ def lock_down(workdir: str, copy: str, repository: str, temp_root: str, preload_
                     if not inside(path, workdir):
                         raise SandboxViolation(f"the grading sandbox refuses {event} on {path} (only the working "
                                                "directory)")
+                    if event != "os.remove" and path.lower().endswith(IMPORTABLE_SUFFIXES):
+                        raise SandboxViolation(f"the grading sandbox refuses {event} on {path} (a file Python can "
+                                               "import or run, made at run time)")
             tail = DIR_FD_ARGUMENTS.get(event, 0)
             if tail and any(value not in (None, -1) for value in args[-tail:]):
                 raise SandboxViolation(f"the grading sandbox refuses {event} relative to a directory descriptor")

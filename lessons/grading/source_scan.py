@@ -14,11 +14,29 @@ FORBIDDEN_CALLS = frozenset({"matmul", "dot", "vdot", "einsum", "tensordot", "in
                              "mm", "bmm", "addmm", "baddbmm", "linear", "reference_gemm", "fp8_gemm_nt",
                              "fp8_gemm", "gemm_fp8_fp8_bf16_nt"})
 FORBIDDEN_MODULES = frozenset({"torch", "cupy", "jax", "tensorflow", "ctypes", "cffi", "subprocess", "importlib",
-                               "builtins", "gc", "lessons.grading", "scipy.linalg"})
+                               "builtins", "gc", "lessons.grading", "scipy.linalg",
+                               # code run from data the scans cannot read (a string, a file written at run time)
+                               "runpy", "code", "codeop", "marshal", "pickle", "_pickle", "shelve", "copyreg",
+                               "zipimport", "pkgutil", "imp"})
 FORBIDDEN_BUILTINS = frozenset({"eval", "exec", "compile", "__import__", "globals", "vars"})
 FORBIDDEN_INTROSPECTION = frozenset({"__wrapped__", "__closure__", "__globals__", "__code__", "__builtins__",
                                      "__subclasses__", "__self__", "_getframe", "f_back", "f_globals", "f_locals",
                                      "meta_path", "modules"})
+
+
+def encoding_findings(data: bytes) -> list[str]:
+    """A source file whose coding declaration names anything but UTF-8: the scans read the file as UTF-8 while
+    Python would decode it as declared, so the two would read different programs (under ``# coding: utf-7`` a line
+    that is a comment to the scans is code to the import)."""
+    import io
+    import tokenize
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:
+        return [f"line 1: {error}"]
+    if encoding not in ("utf-8", "utf-8-sig"):
+        return [f"line 1: declares the encoding {encoding} (a solution is UTF-8: the grader's checks read UTF-8)"]
+    return []
 
 
 def scan_source(source: str, filename: str = "<solution>") -> list[str]:
@@ -68,8 +86,9 @@ def copy_findings(source: str, exercise) -> list[str]:
     """Ways a solution takes the answer instead of writing it, read from its source: importing a stage module (any
     ``lessons`` module but the ``lessons.exercises`` package's own names), an exercise module, an exercise's
     ``reference`` / ``EXERCISE``, or the functions the stage itself uses for the holes (their names, from
-    ``exercise.reference()``, and the holes' names read off another module). :func:`same_as_reference` catches at
-    run time what a source scan cannot (``getattr(exercise(4), "refer" + "ence")``)."""
+    ``exercise.reference()``, and the holes' names read off another module). What a source scan cannot see
+    (``getattr(exercise(4), "refer" + "ence")``) the sandbox refuses at run time: the oracle's copy of the project
+    has no stage modules and the answers' functions stripped (:func:`lessons.grading.sandbox.build_copy`)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
