@@ -81,14 +81,22 @@ def _cases():
     cases = [(m, n, sms, *model_answers(m, n, k, sms)) for sms in (132, 114, CPU_SMS, 2, 1)
              for m in (1, 32, 33, 48, 64, 100, 128, 129, 256) for n, k in ((2112, 7168), (4096, 7168), (7168, 16384),
                                                                            (136, 640), (200, 1280), (24576, 1536))]
+    # each of the rule's bounds on both sides, with answers a model could give (at 64 x 2112: 66 pairs fit 132
+    # SMs, 67 do not)
+    cases += [(64, 2112, 132, (64, 16), (64, 32)), (64, 2144, 132, (64, 16), (64, 32)),
+              (64, 2112, 132, (64, 40), (64, 64)), (33, 2112, 132, (64, 16), (64, 32)),
+              (32, 2112, 132, (64, 16), (64, 32)), (128, 2112, 132, (64, 32), (128, 32)),
+              (129, 2112, 132, (64, 32), (128, 32)), (100, 256, 1, (128, 32), (128, 32))]
     draw = random.SystemRandom()
-
-    def tiles():
-        return (draw.choice(BLOCK_M_CANDIDATES), draw.choice(BLOCK_N_CANDIDATES))
     for _ in range(RANDOM_CASES):
         m = draw.choice((draw.randint(1, 300), draw.randint(33, 128)))  # half of them inside the rule's rows
+        n = 8 * draw.randint(1, 8192)
         one_wave = (draw.choice(BLOCK_M_CANDIDATES), draw.choice((8, 16, 24, 32, 40, 48)))
-        cases.append((m, 8 * draw.randint(1, 8192), draw.randint(1, RANDOM_MAX_SMS), one_wave, tiles()))
+        half_wave = (draw.choice(BLOCK_M_CANDIDATES), draw.choice(BLOCK_N_CANDIDATES))
+        pairs = 2 * -(-m // half_wave[0]) * -(-n // half_wave[1])
+        # half of them with the SMs near what the pairs need, where the fit decides
+        sms = draw.choice((draw.randint(1, RANDOM_MAX_SMS), draw.randint(max(1, pairs - 3), pairs + 3)))
+        cases.append((m, n, sms, one_wave, half_wave))
     return cases
 
 
