@@ -297,6 +297,15 @@ def power_capped_block(m: int, n: int, k: int, block_m: int, block_n: int, sms: 
     return block_m, block_n
 
 
+def three_stage_fits(n: int, k: int, epilogue: str, out_dtype: str, device: DeviceFacts):
+    """fits(block_m, block_n): whether such tiles leave room for at least 3 ring stages, the candidates
+    :func:`choose_blocks` may take for production."""
+    def fits(block_m: int, block_n: int) -> bool:
+        trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue, out_dtype=out_dtype)
+        return max_stages(trial, n, k, limit=3, budget=device.shared_limit) >= 3
+    return fits
+
+
 def pair_split_blocks(m: int, n: int, sms: int, tiles_for) -> tuple[int, int] | None:
     """The tiles whose K blocks a pair of CTAs splits at M = 33-128 (PAIR_SPLIT_MAX_M), or None where one CTA per
     tile stays. ``tiles_for(ctas)``: the cost model's (block_m, block_n) at this shape for that many CTAs. Where the
@@ -318,15 +327,6 @@ def narrow_pair_tiles(m: int, n: int, k: int, device: DeviceFacts | None = None)
         return None
     fits = three_stage_fits(n, k, "tma", "bf16", device)
     return pair_split_blocks(m, n, device.sm_count, lambda ctas: choose_blocks(m, n, ctas, k=k, fits=fits))
-
-
-def three_stage_fits(n: int, k: int, epilogue: str, out_dtype: str, device: DeviceFacts):
-    """fits(block_m, block_n): whether such tiles leave room for at least 3 ring stages, the candidates
-    :func:`choose_blocks` may take for production."""
-    def fits(block_m: int, block_n: int) -> bool:  # at least 3 stages in this device's shared memory
-        trial = KernelConfig(block_m=block_m, block_n=block_n, stages=2, epilogue=epilogue, out_dtype=out_dtype)
-        return max_stages(trial, n, k, limit=3, budget=device.shared_limit) >= 3
-    return fits
 
 
 def paired_k_blocks(config: KernelConfig) -> bool:
@@ -487,8 +487,8 @@ def _production_config(m: int, n: int, k: int, device: DeviceFacts, out_dtype: s
         block_n = fuller_wave_block_n(m, n, k, block_m, block_n, device.sm_count, fits)
         block_m, block_n = power_capped_block(m, n, k, block_m, block_n, device.sm_count, fits)
     split_k = 1
-    paired = (pair_split_blocks(m, n, device.sm_count, lambda ctas: choose_blocks(m, n, ctas, k=k, fits=fits))
-              if k >= SPLIT_K_MIN_K and epilogue == "tma" and out_dtype == "bf16" and not accumulate else None)
+    bf16_tma = epilogue == "tma" and out_dtype == "bf16" and not accumulate
+    paired = narrow_pair_tiles(m, n, k, device) if bf16_tma else None
     if paired is not None:
         (block_m, block_n), split_k = paired, 2
     # one wave needs no persistent loop: a CTA per tile skips the walk (measured 2-3% at 64 x 7168 x 2048)

@@ -17,11 +17,12 @@ rank 0 ahead, stage 19), keep 132 CTAs and halve those re-reads. Production's ru
 32 wide, M is 33-128 and K >= 4096, and two CTAs per tile still fit the SMs. Smaller tiles leave room for a deeper
 ring, so the stage refills it (as stage 15 does): a 64 x 32 stage is 12 KiB, and ten of them fit.
 
-The change: stage 19's config with the pair rule's tiles, split over 2 (pushed, rank 0 two blocks ahead), one
-CTA per tile, and the deepest ring that fits (up to production's ``MAX_STAGES``), where stage 19 does not swap and
-the rule splits; elsewhere (the ladder's 4096 x 4096 x 7168, and decode, which stage 15 swaps) stage 20 *is* stage
-19. Nothing in the generator changes: the same emitters, a smaller tile (``python -m lessons diff 19 20 --m 64 --n
-2112 --k 7168``). What production still adds at these shapes: two K blocks in flight per math warpgroup
+The change (``paired``): stage 19's config with the pair rule's tiles, split over 2 (pushed, rank 0 two blocks
+ahead), one CTA per tile, B's L2 hint recounted for the new tiles (stage 16's rule: evict_first only where one row
+of them reads B once), and the deepest ring that fits (up to production's ``MAX_STAGES``), where the rule splits;
+elsewhere (the ladder's 4096 x 4096 x 7168, and decode, which stage 15 swaps) stage 20 *is* stage 19. Nothing in
+the generator changes: the same emitters, a smaller tile (``python -m lessons diff 19 20 --m 64 --n 2112 --k
+7168``). What production still adds at these shapes: two K blocks in flight per math warpgroup
 (``accumulators=2``) and programmatic dependent launch, and it runs no FFMA pass.
 
 Speed of light: HBM3, 3.35 TB/s: at 64 x 2112 x 7168 moving A, B, the scales and D once is 15.9 MB, 4.74 us,
@@ -52,7 +53,7 @@ TFLOP/s); 64 x 64 tiles over pairs 0.94x (221 TFLOP/s) (results/ablation_20.json
 import functools
 
 import lessons
-from gemm.heuristics import MAX_STAGES, narrow_pair_tiles, split_lead
+from gemm.heuristics import MAX_STAGES, device_facts, narrow_pair_tiles, reads_b_once, split_lead
 from lessons.generated import GeneratedStage
 
 IDEA = "tiles as tall as M and narrow enough that pairs fill the SMs (M = 33-128): no zero-fill rows, half the A reads"
@@ -60,37 +61,41 @@ KIND = "ptx"
 KERNEL = "fp8_gemm"
 EMITTER = "gemm.heuristics.pair_split_blocks"
 SHAPE = (64, 2112, 7168)  # stage 19: 33 tiles of 256 x 64 over pairs (66 CTAs); here 66 of 64 x 32 over pairs
+PAIR = 2
+
+
+def narrowed(m: int, n: int, k: int) -> tuple[int, int] | None:
+    """The pair's tiles (block_m, block_n) at (m, n, k) on this device, production's rule
+    (:func:`gemm.heuristics.narrow_pair_tiles`); None where the stage keeps stage 19's config (decode, which stage 15
+    swaps, a D stored by threads, or a shape outside the rule)."""
+    return _narrowed(m, n, k, device_facts())  # the SMs (set_num_sms, another device) are part of the answer
 
 
 @functools.lru_cache(maxsize=256)
-def narrowed(m: int, n: int, k: int) -> tuple[int, int] | None:
-    """The pair's tiles (block_m, block_n) at (m, n, k), production's rule (:func:`gemm.heuristics.narrow_pair_tiles`);
-    None where the stage keeps stage 19's tiles (a swapped tile, a D stored by threads, or a shape outside the
-    rule)."""
-    previous = lessons.stage(19).config(m, n, k)
-    if previous.swap_ab or previous.epilogue != "tma":
-        return None
-    return narrow_pair_tiles(m, n, k)
+def _narrowed(m: int, n: int, k: int, device) -> tuple[int, int] | None:
+    return narrow_pair_tiles(m, n, k, device)
 
 
-def _narrowed_or_kept(field: str, value_if_narrowed):
-    """``value_if_narrowed(tiles)`` where the stage narrows the tiles, stage 19's value of ``field`` elsewhere."""
+def paired(config, m: int, tiles: tuple[int, int]):
+    """``config`` (stage 19's) with ``tiles`` split over a pair, as the stage builds it: pushed, rank 0 ahead, one
+    CTA per tile, and B loaded evict_first only where one row of the new tiles reads it once (stage 16's rule)."""
+    config = config.replace(block_m=tiles[0], block_n=tiles[1], split_k=PAIR, split_k_push=True,
+                            split_k_lead=split_lead(PAIR, swap_ab=False), persistent=False, multicast=1,
+                            raster_group=0, even_waves=False)
+    return config.replace(b_eviction="first" if reads_b_once(m, config) else "normal")
+
+
+def _paired_or_kept(field: str):
+    """The paired config's ``field`` where the stage narrows the tiles, stage 19's elsewhere."""
     def value(m, n, k):
-        tiles = narrowed(m, n, k)
-        return (value_if_narrowed(tiles) if tiles is not None
-                else getattr(lessons.stage(19).config(m, n, k), field))
+        previous, tiles = lessons.stage(19).config(m, n, k), narrowed(m, n, k)
+        return getattr(previous if tiles is None else paired(previous, m, tiles), field)
     return value
 
 
-PAIR = 2
-CHANGE = {"block_m": _narrowed_or_kept("block_m", lambda tiles: tiles[0]),
-          "block_n": _narrowed_or_kept("block_n", lambda tiles: tiles[1]),
-          "split_k": _narrowed_or_kept("split_k", lambda tiles: PAIR),
-          "split_k_push": _narrowed_or_kept("split_k_push", lambda tiles: True),
-          "split_k_lead": _narrowed_or_kept("split_k_lead", lambda tiles: split_lead(PAIR, swap_ab=False)),
-          **{field: _narrowed_or_kept(field, lambda tiles, value=value: value)
-             for field, value in (("persistent", False), ("multicast", 1), ("raster_group", 0),
-                                  ("even_waves", False))}}
+CHANGE = {field: _paired_or_kept(field) for field in
+          ("block_m", "block_n", "split_k", "split_k_push", "split_k_lead", "persistent", "multicast", "raster_group",
+           "even_waves", "b_eviction")}
 
 
 def refilled_ring(m: int, n: int, k: int) -> int | None:

@@ -10,8 +10,8 @@ K >= 4096).
 
 The rule check runs the student's function over fixed cases and 300 drawn afresh on every run, each with made-up
 model answers (any tiles for either count: the rule must hold for whatever the model answers), naming the first it
-gets wrong. Every graded kernel is built from the student's tiles, and they must be the rule's own there (a tile
-that is not the rule's computes D right, so the correctness checks alone could not tell). On the emulator the
+gets wrong. The student's tiles for every graded kernel must be the rule's own there, and the kernel is built from
+them (a tile that is not the rule's computes D right, so the correctness checks alone could not tell). On the emulator the
 kernel runs on 8 SMs at small shapes, where the rule (asked there without its K gate) splits 64 x 56 and 128 x 56 /
 128 x 32 tiles over pairs.
 """
@@ -31,7 +31,8 @@ CTAs: as many CTAs, half the reads of A.
 
 Fill in, in your copy of lessons/exercises/skeletons/ex20_pair_tiles.py:
   * pair_tiles(m, n, sms, one_wave, half_wave) -> (block_m, block_n) or None. one_wave and half_wave are the cost
-    model's tiles (block_m, block_n) at this shape for sms CTAs and for sms // 2 CTAs. Split over pairs only where
+    model's tiles (block_m, block_n) at this shape for sms CTAs and for sms // 2 CTAs: use them as given (the
+    rule check also sends made-up answers, which the rule must hold for). Split over pairs only where
     32 < m <= 128, sms >= 2, and one_wave is at most 32 columns wide; then the pair takes half_wave's tiles, but
     only if two CTAs for each of them (ceil(m / block_m) * ceil(n / block_n) tiles) still fit in sms. Else None.
 Stage 20 builds its kernels with those tiles (lessons/20_narrow_pair_tiles.py, narrowed)."""
@@ -72,9 +73,10 @@ def model_answers(m: int, n: int, k: int, sms: int, fits=None) -> tuple[tuple[in
 
 
 def _cases():
-    """(m, n, sms, one_wave, half_wave): the stage's and production's shapes on 132 and 114 SMs and the emulator's
-    8 with the real model's answers, then :data:`RANDOM_CASES` drawn afresh on every run from the OS with made-up
-    answers (the fixed cases are public; a table of their answers must not pass)."""
+    """(m, n, sms, one_wave, half_wave): the stage's and production's shapes on 132, 114, 8 (the emulator's), 2 and
+    1 SMs with the real model's answers, each of the rule's bounds on both sides, then :data:`RANDOM_CASES` drawn
+    afresh on every run from the OS with made-up answers (the fixed cases are public; a table of their answers must
+    not pass)."""
     import random
 
     from gemm.heuristics import BLOCK_M_CANDIDATES, BLOCK_N_CANDIDATES
@@ -137,14 +139,6 @@ def checked(solution, m: int, n: int, sms: int, answers):
     return value
 
 
-def _paired(config, tiles):
-    """``config`` (stage 19's) with ``tiles`` split over a pair, as stage 20 builds it."""
-    from gemm.heuristics import split_lead  # stage 20's CHANGE where it narrows (a test holds the two together)
-    return config.replace(block_m=tiles[0], block_n=tiles[1], split_k=2, split_k_push=True,
-                          split_k_lead=split_lead(2, swap_ab=False), persistent=False, multicast=1, raster_group=0,
-                          even_waves=False)
-
-
 def build(solution):
     import lessons
     from gemm.heuristics import device_facts, three_stage_fits
@@ -162,7 +156,7 @@ def build(solution):
         tiles = checked(solution, m, n, CPU_SMS, model_answers(m, n, k, CPU_SMS))
         config = lessons.stage(STAGE - 1).config(m, n, k)
         if tiles is not None:
-            config = _paired(config, tiles)
+            config = lessons.stage(STAGE).paired(config, m, tiles)
         return config.replace(stages=min(config.stages, 2))
     return HoledKernel(config_of, lambda m, n, k: {}, cpu_config_of=cpu_config_of,
                        sass_shape=lessons.stage(STAGE).SHAPE, sm_count_cpu=CPU_SMS)

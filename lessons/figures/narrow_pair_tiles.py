@@ -10,7 +10,7 @@ from matplotlib.patches import Rectangle
 from lessons.figures.drawing import new_figure
 
 PAIR_SHAPE = (64, 2112, 7168)  # stage 20's home shape (lessons/20_narrow_pair_tiles.py SHAPE)
-ROW_COLORS = ("tab:blue", "tab:orange")  # rank 0 / rank 1 of a pair share a tile: one colour for the tile
+TILE_COLORS = ("tab:blue", "tab:orange")  # neighbouring tiles told apart
 
 
 def tile_costs(config, m: int, n: int, k: int) -> dict:
@@ -43,7 +43,7 @@ def _row(ax, label: str, costs: dict, m: int, n: int) -> None:
     for column in range(costs["columns"]):
         x0 = column * config.block_n
         width = min(config.block_n, n - x0)
-        ax.add_patch(Rectangle((x0, 0), width, min(m, height), facecolor=ROW_COLORS[column % 2], alpha=0.55,
+        ax.add_patch(Rectangle((x0, 0), width, min(m, height), facecolor=TILE_COLORS[column % 2], alpha=0.55,
                                edgecolor="black", lw=0.3))
         if height > m:
             ax.add_patch(Rectangle((x0, m), width, height - m, facecolor="none", hatch="////", edgecolor="0.6",

@@ -57,8 +57,8 @@ of them. `narrow_pair_tiles` gives it production's model at a shape, with the K 
 PTX = """\
 ## The generated PTX
 
-At the stage's shape: one 64-row wave of `wgmma ... m64n32k32` per K block instead of stage 19's four of
-`m64n64k32`, and the same push of the partials."""
+At the stage's shape: one 64-row wave of `wgmma ... m64n32k32` per K block (4 wgmmas) instead of stage 19's two
+waves per math warpgroup of `m64n64k32` (8), and the same push of the partials."""
 
 PTX_EXTRA = '''
 
@@ -77,8 +77,9 @@ The cubin that runs, at the stage's shape (ptxas, then stage 10's FFMA pass): `Q
 OPCODES = """\
 ## What changed in the SASS (`lessons diff 19 20`, at the stage's shape)
 
-Per K block a stage 19 math thread runs four 64-row waves of a 256 × 64 tile; a stage 20 thread one wave of a
-64 × 32 tile, and promotes a quarter as many accumulators per column pair."""
+Per K block each of stage 19's two math warpgroups runs two 64-row waves of its 256 × 64 tile (8 `m64n64k32`
+wgmmas); stage 20's one math warpgroup runs one wave of a 64 × 32 tile (4 `m64n32k32`) and promotes a quarter as
+many accumulators."""
 
 MEASURED_CELLS = [
     markdown("""\
@@ -128,16 +129,14 @@ K gate at M, N, K = {EMULATOR_SHAPE} (exercise 20's CPU shape): the model's tile
 the pair takes its tiles for 4, 128 × 56 (a tile straddling two B-scale blocks, the last one ragged), 8 CTAs.
 Exact under several random schedules."""),
     code(f'''\
-from gemm.heuristics import choose_blocks, pair_split_blocks, split_lead
+from gemm.heuristics import choose_blocks, pair_split_blocks
 from gemm.testing.emulated import run_gemm
 
 m, n, k = {EMULATOR_SHAPE!r}
 SMS = 8
 tiles = pair_split_blocks(m, n, SMS, lambda ctas: choose_blocks(m, n, ctas, k=k))
 print(f"one CTA per SM: {{choose_blocks(m, n, SMS, k=k)}}; the pair's tiles: {{tiles}}")
-config = lessons.stage(19).config(m, n, k).replace(
-    block_m=tiles[0], block_n=tiles[1], split_k=2, split_k_push=True, split_k_lead=split_lead(2, swap_ab=False),
-    persistent=False, multicast=1, raster_group=0, even_waves=False, stages=2)
+config = stage.paired(lessons.stage(19).config(m, n, k), m, tiles).replace(stages=2)  # the ring wraps
 print(config.describe())
 problem = random_problem(m, n, k, np.random.default_rng(0))
 reference = reference_gemm(*problem)

@@ -9,7 +9,8 @@ CTAs: as many CTAs, half the reads of A.
 
 Fill in, in your copy of lessons/exercises/skeletons/ex20_pair_tiles.py:
   * pair_tiles(m, n, sms, one_wave, half_wave) -> (block_m, block_n) or None. one_wave and half_wave are the cost
-    model's tiles (block_m, block_n) at this shape for sms CTAs and for sms // 2 CTAs. Split over pairs only where
+    model's tiles (block_m, block_n) at this shape for sms CTAs and for sms // 2 CTAs: use them as given (the
+    rule check also sends made-up answers, which the rule must hold for). Split over pairs only where
     32 < m <= 128, sms >= 2, and one_wave is at most 32 columns wide; then the pair takes half_wave's tiles, but
     only if two CTAs for each of them (ceil(m / block_m) * ceil(n / block_n) tiles) still fit in sms. Else None.
 Stage 20 builds its kernels with those tiles (lessons/20_narrow_pair_tiles.py, narrowed).
