@@ -801,6 +801,25 @@ def test_landlock_grants_reading_around_the_refused_paths(tmp_path):
     assert read_roots((str(site),), ()) == [str(site)]
 
 
+def test_a_python_installation_inside_the_temporary_root_stays_readable_but_its_project_packages(tmp_path):
+    """A wheel installed into a virtual environment under /tmp (the CI's wheel check, any `mktemp -d` venv): the
+    sandbox refuses the whole temporary root (other runs' files), and its expansion of that environment dropped
+    every entry beneath the refused root, so Landlock refused reading ml_dtypes and any solution that imported
+    gemm failed to load. A named root's contents are granted now, less what is refused inside it."""
+    from lessons.grading.landlock import read_roots
+    temp = tmp_path / "tmp"
+    site = temp / "venv" / "lib" / "site-packages"
+    for name in ("ml_dtypes", "gemm", "lessons"):
+        (site / name).mkdir(parents=True)
+    (temp / "venv" / "bin").mkdir()
+    (temp / "run" / "copy").mkdir(parents=True)
+    (temp / "other-run").mkdir()
+    roots = read_roots((str(temp / "run" / "copy"), str(temp / "venv")),
+                       (str(site / "gemm"), str(site / "lessons"), str(temp)))
+    assert roots == [str(temp / "run" / "copy"), str(temp / "venv" / "bin"), str(site / "ml_dtypes")]
+    assert read_roots((str(temp),), (str(temp),)) == []  # a named root that is itself refused: nothing
+
+
 def test_hostile_file_names_in_a_class_cannot_fake_a_verdict_or_a_formula(tmp_path, monkeypatch):
     """A red team's class (2026-11-28): a file named "mallory  80 ∕ 80  PASSED<ESC>[8m.py" printed a fake verdict
     and hid the real one; "=1+cmd|' -c calc'!A0.py" became a formula in gradebook.csv; the ESC made the class's

@@ -71,12 +71,13 @@ def read_roots(allowed: tuple[str, ...], refused: tuple[str, ...]) -> list[str]:
     inside the temporary root). All paths absolute and real."""
     roots: list[str] = []
 
-    def grant(path: str, named: bool = False) -> None:
-        # a named root inside a refused path is granted (the project copy in the temporary root, a virtual
-        # environment inside the repository); an entry found by expanding a directory is not
-        if not named and any(_inside(path, gone) for gone in refused):
+    def grant(path: str, cut: tuple[str, ...]) -> None:
+        # ``cut``: the refused paths that apply beneath this root. A named root inside a refused path is granted
+        # with everything beneath it but what is refused inside it (the project copy in the temporary root, a
+        # virtual environment in /tmp or inside the repository); an entry found by expanding a directory is not
+        if any(_inside(path, gone) for gone in cut):
             return
-        if not any(_inside(gone, path) and gone != path for gone in refused) and path not in refused:
+        if not any(_inside(gone, path) and gone != path for gone in cut):
             roots.append(path)
             return
         try:
@@ -85,11 +86,11 @@ def read_roots(allowed: tuple[str, ...], refused: tuple[str, ...]) -> list[str]:
             return
         for entry in entries:
             if not entry.is_symlink():  # a link is granted where it points, if anywhere
-                grant(entry.path)
+                grant(entry.path, cut)
 
     for path in dict.fromkeys(allowed):  # once each, in order
         if os.path.exists(path):
-            grant(path, named=True)
+            grant(path, tuple(gone for gone in refused if not (_inside(path, gone) and gone != path)))
     return [root for root in roots if not any(root != other and _inside(root, other) for other in roots)]
 
 
