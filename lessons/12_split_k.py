@@ -72,11 +72,16 @@ SHAPE = (16, 2112, 7168)  # where the idea shows: stage 11 gives this decode GEM
 LARGEST_SPLIT = 2  # all 66 pairs are resident on the H100, only 30 clusters of four (the docstring)
 
 
-@functools.lru_cache(maxsize=256)
 def split_of(m: int, n: int, k: int) -> int:
-    """S for (m, n, k): the widest split (up to LARGEST_SPLIT) of stage 11's tiles that still gives every CTA an SM."""
+    """S for (m, n, k): the widest split (up to LARGEST_SPLIT) of stage 11's tiles that still gives every CTA an SM
+    of this device (its SM count, as set_num_sms caps it, is part of the cached answer)."""
+    return _split_of(m, n, k, device_facts().sm_count)
+
+
+@functools.lru_cache(maxsize=256)
+def _split_of(m: int, n: int, k: int, sms: int) -> int:
     previous = lessons.stage(11).config(m, n, k)
-    return widest_split(tiles(previous, m, n), ceil_div(k, 128), device_facts().sm_count, LARGEST_SPLIT)
+    return widest_split(tiles(previous, m, n), ceil_div(k, 128), sms, LARGEST_SPLIT)
 
 
 def _kept_unless_split(field: str):

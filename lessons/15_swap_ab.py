@@ -74,14 +74,18 @@ def token_rows(m: int) -> int:
     return swap_ab_token_rows(m)
 
 
-@functools.lru_cache(maxsize=256)
 def walk(m: int, n: int, k: int) -> dict:
     """The swapped tiles' split and walk: stage 12's split rule and stage 11's persistence, recounted for tiles of
-    ``token_rows(m)`` x 64; stage 14's own values where the stage does not swap."""
+    ``token_rows(m)`` x 64 on this device's SMs (part of the cached answer); stage 14's own values where the stage
+    does not swap."""
+    return _walk(m, n, k, device_facts().sm_count)
+
+
+@functools.lru_cache(maxsize=256)
+def _walk(m: int, n: int, k: int, sms: int) -> dict:
     previous = lessons.stage(14).config(m, n, k)
     if not swapped(m, n, k):
         return {field: getattr(previous, field) for field in ("split_k", "persistent", "raster_group", "multicast")}
-    sms = device_facts().sm_count
     tile_count = ceil_div(m, token_rows(m)) * ceil_div(n, SWAP_AB_BLOCK_N)
     split = widest_split(tile_count, ceil_div(k, 128), sms, LARGEST_SPLIT)
     persistent = tile_count * split > sms

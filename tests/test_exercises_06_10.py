@@ -696,3 +696,20 @@ def test_20_answers_that_are_no_tiles_are_refused(rng):
                 lambda *a: (128, 56, 2), lambda *a: "128x56"):
         with pytest.raises(ValueError, match="pair_tiles"):
             ex.build(SimpleNamespace(pair_tiles=bad)).run_cpu(*random_problem(*ex.shapes_cpu[1], rng))
+
+
+def test_the_stages_that_count_sms_follow_set_num_sms():
+    """Stages 12, 15 and 20 choose their split and tiles for the device's SMs; an answer cached for one SM count
+    must not be served after set_num_sms caps it (a review found stage 20's, and these two, keyed by shape only)."""
+    from gemm.heuristics import set_num_sms
+    full = {number: lessons_stage(number).config(*shape) for number, shape in
+            ((12, (16, 2112, 7168)), (15, (16, 2112, 7168)), (20, (64, 2112, 7168)))}
+    try:
+        set_num_sms(40)
+        capped = {number: lessons_stage(number).config(*shape) for number, shape in
+                  ((12, (16, 2112, 7168)), (15, (16, 2112, 7168)), (19, (64, 2112, 7168)), (20, (64, 2112, 7168)))}
+    finally:
+        set_num_sms(None)
+    assert full[12].split_k == 2 and capped[12].split_k == 1  # 33 tiles: 66 CTAs do not fit 40 SMs
+    assert full[15].split_k == 2 and capped[15].split_k == 1
+    assert (full[20].block_m, full[20].block_n) == (64, 32) and capped[20] == capped[19]  # 66 pairs > 40 SMs
