@@ -325,8 +325,14 @@ def narrow_pair_tiles(m: int, n: int, k: int, device: DeviceFacts | None = None)
     device = device or device_facts()
     if k < SPLIT_K_MIN_K or n % 8:
         return None
+    return pair_split_blocks(m, n, device.sm_count, pair_model(m, n, k, device))
+
+
+def pair_model(m: int, n: int, k: int, device: DeviceFacts):
+    """tiles_for(ctas): the cost model's tiles at (m, n, k) for that many CTAs, among those that leave production's
+    BF16 TMA-epilogue D room for three ring stages: what :func:`narrow_pair_tiles` asks the rule with."""
     fits = three_stage_fits(n, k, "tma", "bf16", device)
-    return pair_split_blocks(m, n, device.sm_count, lambda ctas: choose_blocks(m, n, ctas, k=k, fits=fits))
+    return lambda ctas: choose_blocks(m, n, ctas, k=k, fits=fits)
 
 
 def paired_k_blocks(config: KernelConfig) -> bool:
@@ -634,4 +640,4 @@ def _printed(config: KernelConfig, gemm_type: str, m: int, n: int, k: int, group
 __all__ = ["choose_config", "choose_blocks", "choose_grouped_config", "choose_wgrad_config", "GROUPED_BLOCK_M",
            "swap_ab_config", "masked_swap_ab_config", "swap_ab_token_rows",
            "raster_group", "device_facts", "DeviceFacts", "H100", "set_num_sms", "get_num_sms",
-           "pair_split_blocks", "narrow_pair_tiles", "three_stage_fits"]
+           "pair_split_blocks", "narrow_pair_tiles", "pair_model", "three_stage_fits"]

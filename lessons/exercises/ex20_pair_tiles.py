@@ -65,11 +65,13 @@ RANDOM_CASES = 300
 RANDOM_MAX_SMS = 100_000
 
 
-def model_answers(m: int, n: int, k: int, sms: int, fits=None) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The cost model's tiles at (m, n, k) for ``sms`` CTAs and for half of them (:func:`gemm.heuristics.
-    choose_blocks`; with ``fits``, the candidates production's shared memory allows)."""
+def model_answers(m: int, n: int, k: int, sms: int, tiles_for=None) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The cost model's tiles at (m, n, k) for ``sms`` CTAs and for half of them: ``tiles_for(ctas)``, by default
+    :func:`gemm.heuristics.choose_blocks` over every candidate (the GPU build passes production's,
+    :func:`gemm.heuristics.pair_model`)."""
     from gemm.heuristics import choose_blocks
-    return (choose_blocks(m, n, sms, k=k, fits=fits), choose_blocks(m, n, max(sms // 2, 1), k=k, fits=fits))
+    tiles_for = tiles_for or (lambda ctas: choose_blocks(m, n, ctas, k=k))
+    return tiles_for(sms), tiles_for(max(sms // 2, 1))
 
 
 def _cases():
@@ -141,15 +143,15 @@ def checked(solution, m: int, n: int, sms: int, answers):
 
 def build(solution):
     import lessons
-    from gemm.heuristics import device_facts, three_stage_fits
+    from gemm.heuristics import device_facts, pair_model
     from lessons.exercises.holed import HoledKernel
 
     def config_of(m, n, k):
         config = lessons.stage(STAGE).config(m, n, k)
         if lessons.stage(STAGE).narrowed(m, n, k) is not None:
             device = device_facts()
-            fits = three_stage_fits(n, k, "tma", "bf16", device)  # as gemm.heuristics.narrow_pair_tiles asks
-            checked(solution, m, n, device.sm_count, model_answers(m, n, k, device.sm_count, fits))
+            answers = model_answers(m, n, k, device.sm_count, pair_model(m, n, k, device))
+            checked(solution, m, n, device.sm_count, answers)
         return config
 
     def cpu_config_of(m, n, k):

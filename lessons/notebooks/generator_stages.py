@@ -136,6 +136,46 @@ ladder does. Without a GPU this cell only says so.
 """
 
 
+
+LADDER_AND_ABLATION = '''\
+from lessons import results_store
+from lessons.ladder import ladder_file, read_committed
+from gemm.testing.records import read_result
+
+path = results_store.find(ladder_file(SHAPE))
+result = read_committed(path) if path is not None else None
+if result is None:
+    print("No run yet. On a Hopper GPU: python -m lessons ladder --m {} --n {} --k {} --stages 10-NN".format(*SHAPE))
+else:
+    print(f"{results_store.shown(path)}: {result['device'].get('name', '?')}, {result['date'][:10]}")
+    rows = {row["label"]: row for row in result["rows"] if row.get("status") == "ok"}
+    for label, row in rows.items():
+        print(f"  {label:24s}{row['time_us']:8.1f} us{row['gbps']:8.0f} GB/s")
+    ours = next((row for row in rows.values() if row.get("stage") == NN), None)
+    for other in (PREVIOUS, 10, None):
+        row = next((r for r in rows.values() if r.get("stage") == other and (other or r.get("kind") == "peer")),
+                   None)
+        if ours and row:
+            print(f"stage NN over {'cuBLAS' if other is None else f'stage {other}'}: "
+                  f"{row['time_us'] / ours['time_us']:.2f}x")
+path = results_store.find("ablation_NN.json")
+if path is not None:
+    ablation = read_result(path)
+    print(f"\\n{results_store.shown(path)}: {ablation['device'].get('name', '?')}, {ablation['date'][:10]}")
+    for row in ablation["rows"]:
+        if row.get("time_us"):
+            print(f"  {row['name']:WIDTHs}{row['time_us']:8.1f} us   {row.get('vs_stage', 0):.2f}x the full stage")'''
+
+
+def ladder_and_ablation_cells(number: int, note: str, name_width: int = 34) -> list[dict]:
+    """The run at the stage's shape (``ladder_file(SHAPE)``: stages 10-``number`` and cuBLAS) and its ablation
+    (``ablation_NN.json``), read from the committed results: the stage over the one before, stage 10 and cuBLAS,
+    then each ablation row as a share of the full stage. ``name_width``: the ablation labels' column."""
+    source = (LADDER_AND_ABLATION.replace("PREVIOUS", str(number - 1)).replace("NN", f"{number:02d}")
+              .replace("WIDTH", str(name_width)))
+    return [markdown(note), code(source)]
+
+
 def generated_notebook(number: int, *, intro, config_note, emitter_note, emitters, ptx_note, keywords,
                        ptx_extra, sass_note, key_opcodes, sass_opcodes, opcodes_note, figures, shapes_gpu,
                        extra=(), check_note=None, emulator=None, opcode_families=(),

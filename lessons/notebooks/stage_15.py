@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import lessons
 from lessons.notebooks.cells import ptx_notebook
-from lessons.notebooks.generator_stages import (CHECK_NOTE_GENERATED, emitter_cells, opcode_table_cells,
-                                                two_shape_config_cells)
+from lessons.notebooks.generator_stages import (CHECK_NOTE_GENERATED, emitter_cells, ladder_and_ablation_cells,
+                                                opcode_table_cells, two_shape_config_cells)
 from lessons.notebooks.ipynb import code, markdown
 
 SHAPE = lessons.stage(15).SHAPE  # where the idea shows (16 x 2112 x 7168); the cells read stage.SHAPE
@@ -83,42 +83,12 @@ for label, ring in ring_bytes(*SHAPE).items():
     print(f"{label:34s}" + "".join(f"{size / 1024:10.1f}" for size in ring["parts"]))'''),
 ]
 
-MEASURED_CELLS = [
-    markdown("""\
+MEASURED_CELLS = ladder_and_ablation_cells(15, """\
 ## Measured: the run at the stage's shape, and the ablation
 
 `results/ladder_16x2112x7168.json` has stages 10-15 and cuBLAS in one run; `results/ablation_15.json` has stage
 15 with each bundled idea undone (`python -m lessons ablate 15 --m 16 --n 2112 --k 7168`): stage 14's ring depth,
-and 64 token rows (the fewest an unswapped tile may have). No number here is typed in."""),
-    code('''\
-from lessons import results_store
-from lessons.ladder import ladder_file, read_committed
-from gemm.testing.records import read_result
-
-path = results_store.find(ladder_file(SHAPE))
-result = read_committed(path) if path is not None else None
-if result is None:
-    print("No run yet. On a Hopper GPU: python -m lessons ladder --m {} --n {} --k {} --stages 10-15".format(*SHAPE))
-else:
-    print(f"{results_store.shown(path)}: {result['device'].get('name', '?')}, {result['date'][:10]}")
-    rows = {row["label"]: row for row in result["rows"] if row.get("status") == "ok"}
-    for label, row in rows.items():
-        print(f"  {label:24s}{row['time_us']:8.1f} us{row['gbps']:8.0f} GB/s")
-    ours = next((row for row in rows.values() if row.get("stage") == 15), None)
-    for other in (14, 10, None):
-        row = next((r for r in rows.values() if r.get("stage") == other and (other or r.get("kind") == "peer")),
-                   None)
-        if ours and row:
-            print(f"stage 15 over {'cuBLAS' if other is None else f'stage {other}'}: "
-                  f"{row['time_us'] / ours['time_us']:.2f}x")
-path = results_store.find("ablation_15.json")
-if path is not None:
-    ablation = read_result(path)
-    print(f"\\n{results_store.shown(path)}: {ablation['device'].get('name', '?')}, {ablation['date'][:10]}")
-    for row in ablation["rows"]:
-        if row.get("time_us"):
-            print(f"  {row['name']:34s}{row['time_us']:8.1f} us   {row.get('vs_stage', 0):.2f}x the full stage")'''),
-]
+and 64 token rows (the fewest an unswapped tile may have). No number here is typed in.""")
 
 EMULATOR_SHAPE = (13, 200, 640)  # 16-token tiles, a last tile of 8 weight rows, 5 K blocks split 2 / 3
 

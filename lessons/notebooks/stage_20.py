@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import lessons
 from lessons.notebooks.cells import ptx_notebook
-from lessons.notebooks.generator_stages import (CHECK_NOTE_GENERATED, emitter_cells, opcode_table_cells,
-                                                two_shape_config_cells)
+from lessons.notebooks.generator_stages import (CHECK_NOTE_GENERATED, emitter_cells, ladder_and_ablation_cells,
+                                                opcode_table_cells, two_shape_config_cells)
 from lessons.notebooks.ipynb import code, markdown
 
 SHAPE = lessons.stage(20).SHAPE  # where the idea shows (64 x 2112 x 7168); the cells read stage.SHAPE
@@ -81,42 +81,12 @@ Per K block each of stage 19's two math warpgroups runs two 64-row waves of its 
 wgmmas); stage 20's one math warpgroup runs one wave of a 64 × 32 tile (4 `m64n32k32`) and promotes a quarter as
 many accumulators."""
 
-MEASURED_CELLS = [
-    markdown("""\
+MEASURED_CELLS = ladder_and_ablation_cells(20, name_width=40, note="""\
 ## Measured: the run at the stage's shape, and the ablation
 
 `results/ladder_64x2112x7168.json` has stages 10-20 and cuBLAS in one run; `results/ablation_20.json` has stage 20
 with each part of the new tile undone (`python -m lessons ablate 20 --m 64 --n 2112 --k 7168`): stage 19's ring
-depth, one 64 × 16 tile per SM without the pair, and 64 × 64 tiles over pairs. No number here is typed in."""),
-    code('''\
-from lessons import results_store
-from lessons.ladder import ladder_file, read_committed
-from gemm.testing.records import read_result
-
-path = results_store.find(ladder_file(SHAPE))
-result = read_committed(path) if path is not None else None
-if result is None:
-    print("No run yet. On a Hopper GPU: python -m lessons ladder --m {} --n {} --k {} --stages 10-20".format(*SHAPE))
-else:
-    print(f"{results_store.shown(path)}: {result['device'].get('name', '?')}, {result['date'][:10]}")
-    rows = {row["label"]: row for row in result["rows"] if row.get("status") == "ok"}
-    for label, row in rows.items():
-        print(f"  {label:24s}{row['time_us']:8.1f} us{row['gbps']:8.0f} GB/s")
-    ours = next((row for row in rows.values() if row.get("stage") == 20), None)
-    for other in (19, 10, None):
-        row = next((r for r in rows.values() if r.get("stage") == other and (other or r.get("kind") == "peer")),
-                   None)
-        if ours and row:
-            print(f"stage 20 over {'cuBLAS' if other is None else f'stage {other}'}: "
-                  f"{row['time_us'] / ours['time_us']:.2f}x")
-path = results_store.find("ablation_20.json")
-if path is not None:
-    ablation = read_result(path)
-    print(f"\\n{results_store.shown(path)}: {ablation['device'].get('name', '?')}, {ablation['date'][:10]}")
-    for row in ablation["rows"]:
-        if row.get("time_us"):
-            print(f"  {row['name']:40s}{row['time_us']:8.1f} us   {row.get('vs_stage', 0):.2f}x the full stage")'''),
-]
+depth, one 64 × 16 tile per SM without the pair, and 64 × 64 tiles over pairs. No number here is typed in.""")
 
 EMULATOR_SHAPE = (100, 200, 1280)  # on 8 SMs the rule takes 128 x 56 tiles over pairs: ragged M and N, 10 K blocks
 
